@@ -1,0 +1,37 @@
+"""A hand-checkable cost model: t = a + b * tokens + c * requests (+ transfers at a link speed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.base import CostContext
+from simcore.plan import StepPlan
+
+
+@dataclass
+class ConstantCostModel:
+    # Fixed cost of every step (launch, scheduling), seconds.
+    step_s: float = 0.01
+    # Cost per processed position (prefill or decode), seconds.
+    per_token_s: float = 0.0
+    # Cost per scheduled request, seconds.
+    per_request_s: float = 0.0
+    # Host<->device link for swaps: bytes per second (0 disables transfer cost) and fixed latency.
+    link_bytes_per_s: float = 0.0
+    transfer_latency_s: float = 0.0
+
+    def step_time(self, plan: StepPlan) -> float:
+        compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * len(plan.seqs)
+        return compute + self.transfer_time(plan)
+
+    def transfer_time(self, plan: StepPlan) -> float:
+        num_moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)
+        if num_moved == 0 or self.link_bytes_per_s <= 0:
+            return 0.0
+        return self.transfer_latency_s + num_moved * plan.block_bytes / self.link_bytes_per_s
+
+
+def make_constant(params: dict, ctx: CostContext) -> ConstantCostModel:
+    from experiments.validate import build_model_from_params
+
+    return build_model_from_params(ConstantCostModel, params, where="cost_model", source=ctx.source)

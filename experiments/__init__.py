@@ -1,0 +1,1 @@
+"""Experiment files: schema, runner, sweeps, reports, plots and the `servesim` CLI."""

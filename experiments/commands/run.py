@@ -1,0 +1,43 @@
+"""`servesim run FILE.yaml`: simulate every policy of an experiment and write a results folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", type=Path, help="experiment YAML file")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results folder (default: results/<experiment name>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a field, e.g. --set workload.num_requests=50 (repeatable)")
+    parser.add_argument("--check", action="store_true", help="verify block-manager invariants after every step")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary table")
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments.config import load_experiment
+    from experiments.runner import run_experiment
+    from experiments.table import format_table
+
+    overrides = list(args.overrides)
+    if args.check:
+        overrides.append("limits.check_invariants=true")
+    exp = load_experiment(args.experiment, overrides)
+    out = args.out or Path("results") / exp.name
+    echo = None if args.quiet else (lambda line: print(line, file=sys.stderr))
+    if echo:
+        echo(f"servesim: {exp.name}: {len(exp.policies)} policies -> {out}")
+    result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
+    print(format_table([r.summary for r in result.runs]))
+    for r in result.runs:
+        if r.result.end_reason != "done":
+            print(f"note: {r.label} stopped at {r.result.end_reason} with "
+                  f"{len(r.result.unfinished)} requests unfinished", file=sys.stderr)
+        if r.result.rejected:
+            print(f"note: {r.label} rejected {len(r.result.rejected)} requests "
+                  f"(first reason: {r.result.rejected[0].reject_reason})", file=sys.stderr)
+    print(f"results: {out}")
+    return 0

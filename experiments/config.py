@@ -1,0 +1,229 @@
+"""The experiment file: schema (pydantic), loading with clear errors, and `--set` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from experiments.validate import config_error_from_pydantic
+from simcore.errors import ConfigError
+from simcore.model import DTYPE_BYTES
+from workloads.spec import WorkloadSpec
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class KVCacheConfig(Strict):
+    # Positions per physical block (seed 21.5's example uses 4; vLLM defaults to 16).
+    block_size: int = Field(16, ge=1)
+    # Stored KV scalar type: bytes per scalar s in eq. 21.2.
+    dtype: str = "bf16"
+    # Device blocks; when unset, derived from GPU memory x utilization minus weights.
+    num_blocks: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    # Keep freed full blocks as evictable prefix-cache entries and reuse them across requests.
+    prefix_caching: bool = False
+    # Host-memory tier for swapped-out KV (GiB); 0 disables swapping.
+    host_memory_gib: float = Field(0.0, ge=0)
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str) -> str:
+        if value not in DTYPE_BYTES:
+            raise ValueError(f"unknown KV dtype {value!r}; expected one of {sorted(DTYPE_BYTES)}")
+        return value
+
+
+class _PolicyCommon(Strict):
+    # Name shown in tables and plots; defaults to the policy name (numbered if repeated).
+    label: str | None = None
+    max_num_seqs: int = Field(256, ge=1)
+    max_num_batched_tokens: int = Field(8192, ge=1)
+    admission: Literal["optimistic", "reserve", "watermark"] = "optimistic"
+    watermark: float = Field(0.01, ge=0, lt=1)
+    preemption: Literal["recompute", "swap"] = "recompute"
+    max_model_len: int | None = Field(None, ge=1)
+
+
+class StaticPolicyConfig(_PolicyCommon):
+    name: Literal["static"]
+    max_batch_size: int = Field(32, ge=1)
+    padded: bool = False
+
+
+class ContinuousPolicyConfig(_PolicyCommon):
+    name: Literal["continuous"]
+    mixed: bool = False
+
+
+class ChunkedPrefillPolicyConfig(_PolicyCommon):
+    name: Literal["chunked_prefill"]
+    chunk_size: int = Field(512, ge=1)
+    order: Literal["stall_free", "alternate"] = "stall_free"
+
+
+PolicyConfig = Annotated[
+    StaticPolicyConfig | ContinuousPolicyConfig | ChunkedPrefillPolicyConfig,
+    Field(discriminator="name"),
+]
+POLICY_NAMES = ("static", "continuous", "chunked_prefill")
+
+
+class CostModelConfig(BaseModel):
+    """`name` picks the model; every other key is that model's parameter (checked by its factory)."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = "roofline"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SLOConfig(Strict):
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2el_ms: float | None = Field(None, gt=0)
+
+    def as_dict(self) -> dict[str, float]:
+        return {k.removesuffix("_ms"): v for k, v in self.model_dump().items() if v is not None}
+
+
+class MetricsConfig(Strict):
+    # Selection/delivery time after the step that selects an output (TTFT's third term).
+    delivery_ms: float = Field(0.0, ge=0)
+    slo: SLOConfig = Field(default_factory=SLOConfig)
+
+
+class LimitsConfig(Strict):
+    max_sim_time_s: float | None = Field(None, gt=0)
+    max_wall_time_s: float | None = Field(None, gt=0)
+    check_invariants: bool = False
+
+
+class OutputConfig(Strict):
+    format: Literal["parquet", "csv"] = "parquet"
+    plots: bool = True
+
+
+class Experiment(Strict):
+    name: str = "experiment"
+    description: str = ""
+    seed: int = 0
+    # Model preset name, or a path to a Hugging Face config.json (relative to this file).
+    model: str = "llama-3.1-8b"
+    hardware: str = "h100-sxm"
+    tensor_parallel: int = Field(1, ge=1)
+    weight_dtype: str = "bf16"
+    kv_cache: KVCacheConfig = Field(default_factory=KVCacheConfig)
+    workload: WorkloadSpec
+    cost_model: CostModelConfig = Field(default_factory=CostModelConfig)
+    policies: list[PolicyConfig] = Field(min_length=1)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+
+    @field_validator("weight_dtype")
+    @classmethod
+    def _known_weight_dtype(cls, value: str) -> str:
+        if value not in DTYPE_BYTES:
+            raise ValueError(f"unknown weight dtype {value!r}; expected one of {sorted(DTYPE_BYTES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> Experiment:
+        labels = policy_labels(self.policies)
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"policy labels must be unique, got {labels}")
+        return self
+
+
+def policy_labels(policies: list) -> list[str]:
+    """Each policy's label; unlabelled repeats of a name are numbered (continuous, continuous-2)."""
+    labels: list[str] = []
+    for policy in policies:
+        label = policy.label or policy.name
+        if policy.label is None and label in labels:
+            n = 2
+            while f"{label}-{n}" in labels:
+                n += 1
+            label = f"{label}-{n}"
+        labels.append(label)
+    return labels
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError("experiment file not found", source=str(path)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read experiment file: {exc.strerror}", source=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"invalid YAML: {problem}", source=str(path), where=where) from None
+    if not isinstance(data, dict):
+        raise ConfigError("an experiment file must be a mapping", source=str(path), expected="mapping",
+                          found=type(data).__name__)
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], *, source: str | None = None) -> dict[str, Any]:
+    """`key.path=value` overrides (value parsed as YAML); list items by index, e.g. policies.0.chunk_size=64."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError("an override must look like key.path=value", source=source, found=item)
+        path, raw = item.split("=", 1)
+        value = yaml.safe_load(raw)
+        set_dotted(data, path.strip(), value, source=source)
+    return data
+
+
+def set_dotted(data: dict[str, Any], path: str, value: Any, *, source: str | None = None) -> None:
+    keys = path.split(".")
+    node: Any = data
+    for i, key in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            node = node[_index(key, node, keys[: i + 1], source)]
+            continue
+        if key not in node or node[key] is None:
+            node[key] = {}
+        node = node[key]
+    last = keys[-1]
+    if isinstance(node, list):
+        node[_index(last, node, keys, source)] = value
+    elif isinstance(node, dict):
+        node[last] = value
+    else:
+        raise ConfigError("cannot set a key inside a non-mapping", source=source, where=path)
+
+
+def _index(key: str, node: list, keys: list[str], source: str | None) -> int:
+    if not key.lstrip("-").isdigit() or not -len(node) <= int(key) < len(node):
+        raise ConfigError("list index out of range", source=source, where=".".join(keys),
+                          expected=f"an index below {len(node)}", found=key)
+    return int(key)
+
+
+def parse_experiment(data: dict[str, Any], *, source: str | None) -> Experiment:
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        raise config_error_from_pydantic(exc, source=source, model=Experiment) from None
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    path = Path(path)
+    data = load_yaml(path)
+    if overrides:
+        apply_overrides(data, overrides, source=str(path))
+    return parse_experiment(data, source=str(path))

@@ -1,0 +1,157 @@
+"""Run an experiment: build the workload once, simulate each policy on an identical copy of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from backends.base import CostContext
+from backends.registry import build_cost_model
+from experiments.config import Experiment, policy_labels
+from experiments.io import atomic_write_text, write_json, write_table
+from policies.registry import make_policy
+from simcore import __version__
+from simcore.capacity import block_bytes, num_gpu_blocks
+from simcore.engine import RunLimits, RunResult, simulate
+from simcore.metrics import request_frame, summarize
+from simcore.model import DTYPE_BYTES, GIB
+from simcore.prefix import PrefixHasher
+from simcore.presets import get_hardware, get_model
+from simcore.request import Request
+from workloads.spec import build_requests
+
+
+@dataclass
+class PolicyRun:
+    label: str
+    result: RunResult
+    summary: dict
+
+
+@dataclass
+class ExperimentRun:
+    experiment: Experiment
+    runs: list[PolicyRun] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+
+def fresh_copy(request: Request) -> Request:
+    """An untouched copy of a workload request, so every policy sees the identical workload."""
+    return dataclasses.replace(request, output_times=[])
+
+
+def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
+    """Model, hardware and KV capacity facts every policy run shares."""
+    model = get_model(exp.model, source=source)
+    hardware = get_hardware(exp.hardware, source=source)
+    kv_bytes = DTYPE_BYTES[exp.kv_cache.dtype]
+    bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel)
+    num_blocks = exp.kv_cache.num_blocks or num_gpu_blocks(
+        model, hardware, block_size=exp.kv_cache.block_size, kv_dtype_bytes=kv_bytes,
+        weight_dtype_bytes=DTYPE_BYTES[exp.weight_dtype], gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
+        tensor_parallel=exp.tensor_parallel, source=source,
+    )
+    num_host_blocks = int(exp.kv_cache.host_memory_gib * GIB // bytes_per_block)
+    return {
+        "model": model, "hardware": hardware, "kv_dtype_bytes": kv_bytes, "block_bytes": bytes_per_block,
+        "num_blocks": num_blocks, "num_host_blocks": num_host_blocks,
+    }
+
+
+def run_experiment(
+    exp: Experiment,
+    *,
+    source: str | Path | None = None,
+    out_dir: Path | None = None,
+    echo=None,  # noqa: ANN001 - callable printing progress lines, or None
+) -> ExperimentRun:
+    source_str = str(source) if source is not None else None
+    base_dir = Path(source).parent if source is not None else Path.cwd()
+    kv = resolve_kv(exp, source=source_str)
+    template = build_requests(exp.workload, seed=exp.seed, base_dir=base_dir, source=source_str)
+    labels = policy_labels(exp.policies)
+    run = ExperimentRun(exp, info=_run_info(exp, kv, len(template)))
+    ctx = CostContext(
+        model=kv["model"], hardware_name=exp.hardware, kv_dtype_bytes=kv["kv_dtype_bytes"],
+        weight_dtype_bytes=DTYPE_BYTES[exp.weight_dtype], block_size=exp.kv_cache.block_size,
+        num_blocks=kv["num_blocks"], num_host_blocks=kv["num_host_blocks"], tensor_parallel=exp.tensor_parallel,
+        seed=exp.seed, source=Path(source) if source is not None else None,
+    )
+    limits = RunLimits(exp.limits.max_sim_time_s, exp.limits.max_wall_time_s, exp.limits.check_invariants)
+    for label, policy_cfg in zip(labels, exp.policies):
+        cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
+        options = policy_cfg.model_dump(exclude={"label", "name"})
+        hasher = PrefixHasher(exp.kv_cache.block_size, config_key=(exp.model, exp.kv_cache.dtype))
+        policy = make_policy(
+            policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
+            prefix_caching=exp.kv_cache.prefix_caching, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
+            emit_block_tables=getattr(cost_model, "needs_block_tables", False), block_bytes=kv["block_bytes"],
+            delivery_s=exp.metrics.delivery_ms / 1000.0, **options,
+        )
+        started = time.perf_counter()
+        result = simulate([fresh_copy(r) for r in template], policy, cost_model, limits=limits)
+        summary = summarize(result.requests, slo_ms=exp.metrics.slo.as_dict() or None, extra=_policy_extra(policy, result))
+        summary = {"label": label, "policy": policy_cfg.name, **summary}
+        run.runs.append(PolicyRun(label, result, summary))
+        if echo is not None:
+            echo(f"  {label}: {len(result.finished)} finished, {len(result.steps)} steps, "
+                 f"{result.sim_time_s:.1f} s simulated in {time.perf_counter() - started:.2f} s")
+        if out_dir is not None:
+            write_policy_results(out_dir / label, result, summary, exp.output.format)
+    if out_dir is not None:
+        write_experiment_files(out_dir, run)
+    return run
+
+
+def _policy_extra(policy, result: RunResult) -> dict:  # noqa: ANN001
+    return {
+        "end_reason": result.end_reason,
+        "num_steps": len(result.steps),
+        "sim_time_s": result.sim_time_s,
+        "num_preemptions_recompute": policy.num_preemptions["recompute"],
+        "num_preemptions_swap": policy.num_preemptions["swap"],
+        "bytes_swapped_out": policy.num_blocks_swapped_out * policy.block_bytes,
+        "bytes_swapped_in": policy.num_blocks_swapped_in * policy.block_bytes,
+        "num_prefix_evictions": policy.bm.num_evictions,
+    }
+
+
+def write_policy_results(folder: Path, result: RunResult, summary: dict, fmt: str) -> None:
+    write_table(request_frame(result.requests), folder / "requests", fmt)
+    write_table(pd.DataFrame(result.steps.as_dict()), folder / "steps", fmt)
+    write_json(folder / "summary.json", summary)
+
+
+def write_experiment_files(out_dir: Path, run: ExperimentRun) -> None:
+    exp = run.experiment
+    resolved = exp.model_dump(mode="json")
+    atomic_write_text(out_dir / "resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
+    write_json(out_dir / "run_info.json", run.info)
+    write_json(out_dir / "summary.json", [r.summary for r in run.runs])
+    if exp.output.plots:
+        from experiments.plots import plot_latency_percentiles
+
+        plot_latency_percentiles(run, out_dir)
+
+
+def _run_info(exp: Experiment, kv: dict, num_requests: int) -> dict:
+    model = kv["model"]
+    hardware = kv["hardware"]
+    return {
+        "servesim_version": __version__,
+        "python": platform.python_version(),
+        "seed": exp.seed,
+        "num_requests": num_requests,
+        "model": dataclasses.asdict(model),
+        "hardware": dataclasses.asdict(hardware),
+        "kv_block_bytes": kv["block_bytes"],
+        "kv_num_blocks": kv["num_blocks"],
+        "kv_num_host_blocks": kv["num_host_blocks"],
+        "kv_capacity_tokens": kv["num_blocks"] * exp.kv_cache.block_size,
+    }

@@ -1,0 +1,1 @@
+"""Scheduling policies: synchronous, SimPy-free; tests drive schedule()/complete() directly."""

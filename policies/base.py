@@ -1,0 +1,418 @@
+"""Machinery every policy shares: queues, admission, preemption, swaps, and `complete()`.
+
+A policy is synchronous and contains no SimPy. The engine calls `add()` on arrival,
+`schedule(now)` for the next `StepPlan`, and `complete(plan, now)` once the step's time has
+passed. Each request simply catches its processed count up to its known tokens (vLLM v1's
+view): there is no separate prefill or decode phase, so chunked prefill, prefix hits and
+recompute after preemption all fall out of the same counters.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Literal
+
+from policies.budget import StepBudget
+from policies.host_pool import HostPool
+from simcore.block_manager import BlockManager, PrefixHit
+from simcore.plan import ScheduledSeq, StepPlan
+from simcore.prefix import PrefixHasher
+from simcore.request import Request, Status
+
+Admission = Literal["optimistic", "reserve", "watermark"]
+Preemption = Literal["recompute", "swap"]
+
+
+@dataclass
+class SchedulerOptions:
+    # Most requests running at once (vLLM max_num_seqs).
+    max_num_seqs: int = 256
+    # Most positions processed in one step, prefill and decode together.
+    max_num_batched_tokens: int = 8192
+    # How admission accounts for future KV growth (seed 21.3): allocate as you go and preempt
+    # when out (optimistic), keep a fraction of blocks free for running requests (watermark), or
+    # reserve prompt + outputs up front (reserve; uses max_tokens when set, else the workload's
+    # output length, which a real server would not know: an upper bound on its caution).
+    admission: Admission = "optimistic"
+    watermark: float = 0.01
+    # What happens to a victim's KV under memory pressure: discard and recompute, or swap to host.
+    preemption: Preemption = "recompute"
+    # Longest prompt + output a request may have; longer ones are rejected with a reason.
+    max_model_len: int | None = None
+    # Selection/delivery time added after the step that selects an output (TTFT's third term).
+    delivery_s: float = 0.0
+
+
+class BasePolicy:
+    name = "base"
+
+    def __init__(
+        self,
+        options: SchedulerOptions,
+        block_manager: BlockManager,
+        *,
+        hasher: PrefixHasher | None = None,
+        host: HostPool | None = None,
+        emit_block_tables: bool = False,
+        block_bytes: int = 0,
+    ) -> None:
+        self.options = options
+        self.bm = block_manager
+        self.hasher = hasher
+        self.host = host
+        self.emit_block_tables = emit_block_tables
+        self.block_bytes = block_bytes
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()
+        self.finished: list[Request] = []
+        self.rejected: list[Request] = []
+        self.by_id: dict[int, Request] = {}
+        self.num_steps = 0
+        self.num_resident_tokens = 0
+        self.num_preemptions = {"recompute": 0, "swap": 0}
+        self.num_blocks_swapped_out = 0
+        self.num_blocks_swapped_in = 0
+        self._prefix: dict[int, tuple[list[int], list[tuple]]] = {}
+        self._preempted_at: dict[int, tuple[float, int, str]] = {}
+        self._now = 0.0
+        self._plan: _PlanBuilder | None = None
+        if options.preemption == "swap" and host is None:
+            raise ValueError("preemption 'swap' needs a host tier (kv_cache.host_memory_gib > 0)")
+
+    # ---- the engine's three calls ---------------------------------------------------------
+
+    def add(self, request: Request, now: float) -> None:
+        reason = self.rejection_reason(request)
+        if reason is not None:
+            request.status = Status.REJECTED
+            request.reject_reason = reason
+            request.finish_s = now
+            self.rejected.append(request)
+            return
+        request.status = Status.WAITING
+        self.by_id[request.request_id] = request
+        self.waiting.append(request)
+
+    def schedule(self, now: float) -> StepPlan | None:
+        """The next step's plan, or None when nothing can run until something arrives."""
+        self._now = now
+        self._plan = _PlanBuilder()
+        self._fill(now)
+        return self._end_plan()
+
+    def _fill(self, now: float) -> None:
+        """Put this step's work into `self._plan` (each policy's own admission and running loops)."""
+        raise NotImplementedError
+
+    def complete(self, plan: StepPlan, now: float) -> list[Request]:
+        """Advance every scheduled request by its processed tokens; select outputs; retire."""
+        done: list[Request] = []
+        for seq in plan.seqs:
+            request = self.by_id[seq.request_id]
+            before = request.num_processed
+            request.num_processed = before + seq.num_new_tokens
+            self.num_resident_tokens += seq.num_new_tokens
+            if self.bm.enable_prefix_caching:
+                self._register_full_blocks(request, before)
+            if request.request_id in self._preempted_at:
+                self._note_resumed(request, now)
+            if seq.selects_token:
+                request.num_outputs += 1
+                if request.prefill_done_s is None:
+                    request.prefill_done_s = now
+                request.output_times.append(now + self.options.delivery_s)
+                if request.is_finished:
+                    done.append(request)
+        for request in done:
+            self._finish(request, now + self.options.delivery_s)
+        return done
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    # ---- checks ---------------------------------------------------------------------------
+
+    def rejection_reason(self, request: Request) -> str | None:
+        """Why a request can never run under this configuration, or None."""
+        total = request.prompt_len + request.num_target_outputs
+        if self.options.max_model_len is not None and total > self.options.max_model_len:
+            return f"prompt + output = {total} tokens exceeds max_model_len {self.options.max_model_len}"
+        need = self.bm.blocks_for(request.num_final_positions)
+        if need > self.bm.num_blocks:
+            return (
+                f"needs {need} KV blocks for {request.num_final_positions} positions; "
+                f"the whole cache has {self.bm.num_blocks}"
+            )
+        return None
+
+    def num_watermark_blocks(self) -> int:
+        if self.options.admission != "watermark":
+            return 0
+        return int(self.options.watermark * self.bm.num_blocks)
+
+    # ---- building a step ------------------------------------------------------------------
+
+    def _end_plan(self) -> StepPlan | None:
+        builder = self._plan
+        self._plan = None
+        # A step with no sequence still happens if it moves blocks (a swap-out that made room).
+        if builder is None or not (builder.seqs or builder.swap_out or builder.swap_in):
+            return None
+        self.num_steps += 1
+        return StepPlan(
+            step_id=self.num_steps - 1,
+            seqs=tuple(builder.seqs),
+            blocks_to_copy=tuple(builder.copies),
+            blocks_to_swap_out=tuple(builder.swap_out),
+            blocks_to_swap_in=tuple(builder.swap_in),
+            block_bytes=self.block_bytes,
+            preempted_ids=tuple(builder.preempted),
+        )
+
+    def _add_seq(self, request: Request, num_new: int) -> None:
+        """Put `num_new` positions of a request (blocks already appended) into the plan."""
+        builder = self._plan
+        assert builder is not None
+        context = request.num_processed
+        builder.seqs.append(
+            ScheduledSeq(
+                request_id=request.request_id,
+                num_new_tokens=num_new,
+                context_len=context,
+                selects_token=context + num_new == request.num_tokens,
+                prompt_len=request.prompt_len,
+                block_table=self.bm.table(request.request_id) if self.emit_block_tables else (),
+                prompt_token_ids=request.prompt_token_ids,
+            )
+        )
+        builder.scheduled.add(request.request_id)
+
+    def _schedule_running(self, request: Request, num_new: int) -> bool:
+        """Make room for `num_new` more positions of a running request, preempting if needed.
+
+        Victims are the lowest-priority running requests not yet in this step (the most
+        recently admitted first, as vLLM does). Returns False if the request itself was preempted.
+        """
+        builder = self._plan
+        assert builder is not None
+        while not self.bm.can_append(request.request_id, num_new):
+            victim = self._pick_victim(exclude=builder.scheduled)
+            if victim is None or victim is request:
+                self._preempt(request)
+                return False
+            self._preempt(victim)
+        builder.copies.extend(self.bm.append(request.request_id, num_new))
+        self._add_seq(request, num_new)
+        return True
+
+    def _pick_victim(self, exclude: set[int]) -> Request | None:
+        for candidate in reversed(self.running):
+            if candidate.request_id not in exclude:
+                return candidate
+        return None
+
+    def _try_admit(
+        self, request: Request, budget: StepBudget, max_chunk: int, now: float, *, whole: bool = False
+    ) -> int:
+        """Admit a waiting request with a first chunk of up to `max_chunk` positions.
+
+        Returns the positions scheduled (0 if it cannot be admitted now). A prefix-cache hit
+        counts as already processed; at least the last known token is always computed, since
+        a KV-only cache holds no logits (seed 21.4).
+        """
+        hit = self._lookup_prefix(request)
+        num_hit = hit.num_blocks * self.bm.block_size
+        pending = request.num_tokens - num_hit
+        chunk = min(pending, max_chunk, budget.num_tokens)
+        if chunk <= 0 or budget.num_seqs <= 0 or (whole and chunk < pending):
+            return 0
+        revived = sum(1 for b in hit.block_ids if self.bm.ref_counts[b] == 0)
+        if self.options.admission == "reserve":
+            need = self.bm.blocks_for(request.num_final_positions) - hit.num_blocks
+            reserve_positions = request.num_final_positions
+        else:
+            need = self.bm.blocks_for(num_hit + chunk) - hit.num_blocks
+            reserve_positions = 0
+        if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
+            return 0
+        self.bm.allocate(request.request_id, reserve_positions, hit)
+        self.waiting.remove(request)
+        request.num_prefix_query_tokens += request.num_tokens
+        request.num_prefix_hit_tokens += num_hit
+        if request.first_scheduled_s is None:
+            request.first_scheduled_s = now
+            request.num_cached_prefix = num_hit
+        request.num_processed = num_hit
+        self.num_resident_tokens += num_hit
+        request.status = Status.RUNNING
+        self.running.append(request)
+        assert self._plan is not None
+        self._plan.copies.extend(self.bm.append(request.request_id, chunk))
+        self._add_seq(request, chunk)
+        budget.take(chunk)
+        return chunk
+
+    def _lookup_prefix(self, request: Request) -> PrefixHit:
+        if not self.bm.enable_prefix_caching or self.hasher is None or not self.hasher.has_content(request):
+            return PrefixHit((), ())
+        hashes, contents = self._prefix_chain(request)
+        # Never count the last known token as a hit: its logits must be computed.
+        max_blocks = (request.num_tokens - 1) // self.bm.block_size
+        return self.bm.lookup_prefix(hashes[:max_blocks], contents[:max_blocks])
+
+    def _prefix_chain(self, request: Request) -> tuple[list[int], list[tuple]]:
+        found = self._prefix.get(request.request_id)
+        if found is None:
+            assert self.hasher is not None
+            contents = self.hasher.block_contents(request, request.num_final_positions)
+            found = (self.hasher.chain(request, contents), contents)
+            self._prefix[request.request_id] = found
+        return found
+
+    def _register_full_blocks(self, request: Request, before: int) -> None:
+        if self.hasher is None or not self.hasher.has_content(request):
+            return
+        bs = self.bm.block_size
+        first, last = before // bs, request.num_processed // bs
+        if first == last:
+            return
+        hashes, contents = self._prefix_chain(request)
+        table = self.bm.block_tables[request.request_id]
+        for logical in range(first, min(last, len(hashes))):
+            self.bm.cache_block(table[logical], hashes[logical], contents[logical])
+
+    # ---- preemption and swaps -------------------------------------------------------------
+
+    def _preempt(self, victim: Request) -> None:
+        """Take a running request off the device: swap its KV to the host, or drop it for recompute."""
+        builder = self._plan
+        assert builder is not None
+        self.running.remove(victim)
+        victim.num_preemptions += 1
+        builder.preempted.append(victim.request_id)
+        self.num_resident_tokens -= victim.num_processed
+        table = self.bm.table(victim.request_id)
+        positions = self.bm.num_positions[victim.request_id]
+        if (
+            self.options.preemption == "swap"
+            and self.host is not None
+            and victim.num_processed > 0
+            and self.host.can_hold(len(table))
+        ):
+            host_blocks = self.host.store(victim.request_id, len(table), min(positions, victim.num_processed))
+            builder.swap_out.extend(zip(table, host_blocks))
+            self.num_blocks_swapped_out += len(table)
+            self.bm.free(victim.request_id)
+            victim.status = Status.SWAPPED
+            victim.num_swaps += 1
+            self.swapped.append(victim)
+            self.num_preemptions["swap"] += 1
+            self._preempted_at[victim.request_id] = (self._now, victim.num_processed, "swap")
+            return
+        self.bm.free(victim.request_id)
+        self._preempted_at[victim.request_id] = (self._now, victim.num_processed, "recompute")
+        victim.num_recomputed_tokens += victim.num_processed
+        victim.num_processed = 0
+        victim.status = Status.WAITING
+        self.waiting.appendleft(victim)
+        self.num_preemptions["recompute"] += 1
+
+    def _try_swap_in(self, request: Request, budget: StepBudget) -> bool:
+        """Bring a swapped request back: fresh device blocks, host -> device copies, then run it."""
+        assert self.host is not None and self._plan is not None
+        blocks, positions = self.host.tables[request.request_id]
+        num_new = min(request.num_pending, budget.num_tokens)
+        need = self.bm.blocks_for(positions + num_new)
+        if num_new <= 0 or budget.num_seqs <= 0 or not self.bm.can_allocate(need, reserve=self.num_watermark_blocks()):
+            return False
+        self.host.release(request.request_id)
+        self.bm.allocate(request.request_id, positions)
+        self.bm.append(request.request_id, positions)
+        device_blocks = self.bm.table(request.request_id)
+        self._plan.swap_in.extend(zip(blocks, device_blocks))
+        self.num_blocks_swapped_in += len(blocks)
+        self.swapped.remove(request)
+        request.status = Status.RUNNING
+        self.running.append(request)
+        self.num_resident_tokens += request.num_processed
+        self._plan.copies.extend(self.bm.append(request.request_id, num_new))
+        self._add_seq(request, num_new)
+        budget.take(num_new)
+        return True
+
+    def _admission_budget(self, budget: StepBudget) -> StepBudget:
+        """The step's token budget with sequences limited by free running slots."""
+        return StepBudget(budget.num_tokens, min(budget.num_seqs, self.options.max_num_seqs - len(self.running)))
+
+    def _resume_swapped(self, budget: StepBudget) -> None:
+        """Swapped requests come back first-come first-served, before any new admission."""
+        while self.swapped and not budget.is_spent and len(self.running) < self.options.max_num_seqs:
+            if not self._try_swap_in(self.swapped[0], budget):
+                return
+
+    def _note_resumed(self, request: Request, now: float) -> None:
+        """Charge the time from preemption until the request is back where it was."""
+        since, target, kind = self._preempted_at[request.request_id]
+        if request.num_processed < target:
+            return
+        del self._preempted_at[request.request_id]
+        if kind == "swap":
+            request.swap_delay_s += now - since
+        else:
+            request.recompute_delay_s += now - since
+
+    def _finish(self, request: Request, at: float) -> None:
+        self.running.remove(request)
+        self.num_resident_tokens -= request.num_processed
+        self.bm.free(request.request_id)
+        self._prefix.pop(request.request_id, None)
+        self._preempted_at.pop(request.request_id, None)
+        del self.by_id[request.request_id]
+        request.status = Status.FINISHED
+        request.finish_s = at
+        self.finished.append(request)
+
+    def drain_unfinished(self) -> list[Request]:
+        """When a time horizon ends the run: everything still queued or running, marked unfinished."""
+        left = [*self.running, *self.swapped, *self.waiting]
+        for request in left:
+            request.status = Status.UNFINISHED
+        return left
+
+    def check(self) -> None:
+        """Invariants after a step: block accounting in every tier, tables covering processed positions."""
+        self.bm.check()
+        if self.host is not None:
+            self.host.check()
+        for request in self.running:
+            stored = self.bm.num_positions.get(request.request_id)
+            if stored != request.num_processed:
+                raise AssertionError(
+                    f"request {request.request_id}: block manager stores {stored} positions, "
+                    f"request processed {request.num_processed}"
+                )
+        for request in self.waiting:
+            if request.request_id in self.bm.block_tables:
+                raise AssertionError(f"waiting request {request.request_id} still holds blocks")
+        if self.hasher is not None and self.bm.enable_prefix_caching:
+            self._check_salt_isolation()
+
+    def _check_salt_isolation(self) -> None:
+        owners: dict[int, tuple] = {}
+        for request in self.running:
+            ident = (request.cache_salt, request.adapter_id)
+            for block in self.bm.block_tables.get(request.request_id, ()):
+                if owners.setdefault(block, ident) != ident:
+                    raise AssertionError(f"block {block} shared across cache salts or adapters")
+
+
+class _PlanBuilder:
+    def __init__(self) -> None:
+        self.seqs: list[ScheduledSeq] = []
+        self.copies: list[tuple[int, int]] = []
+        self.swap_out: list[tuple[int, int]] = []
+        self.swap_in: list[tuple[int, int]] = []
+        self.preempted: list[int] = []
+        self.scheduled: set[int] = set()

@@ -1,0 +1,77 @@
+"""Chunked prefill (Sarathi-Serve): a token budget per step, prompts split into chunks.
+
+`order: stall_free` (default) fills each step with every running decode first, then the next
+chunk of partially prefilled prompts, then new requests, so decodes never stall behind a long
+prompt. `order: alternate` reproduces the seed's schedule instead: prefill chunk, decode the
+active requests, prefill chunk, ... Later chunks continue the same request's positions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from policies.base import BasePolicy
+from policies.budget import StepBudget
+from simcore.request import Request
+
+
+class ChunkedPrefillPolicy(BasePolicy):
+    name = "chunked_prefill"
+
+    def __init__(self, *args, chunk_size: int = 512, order: Literal["stall_free", "alternate"] = "stall_free",
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.chunk_size = chunk_size
+        self.order = order
+        self._last_was_prefill = False
+
+    def _fill(self, now: float) -> None:
+        budget = StepBudget(self.options.max_num_batched_tokens, self.options.max_num_seqs)
+        if self.order == "alternate":
+            self._fill_alternate(budget, now)
+            return
+        self._run_decodes(budget)
+        if not self._plan.preempted:  # type: ignore[union-attr]
+            self._resume_swapped(budget)
+        self._run_prefill_chunks(budget, now)
+
+    def _fill_alternate(self, budget: StepBudget, now: float) -> None:
+        has_decodes = any(not r.is_prefilling for r in self.running)
+        if not (self._last_was_prefill and has_decodes):
+            self._run_prefill_chunks(budget, now)
+            if self._plan.seqs:  # type: ignore[union-attr]
+                # Only a chunk that made decodes wait earns them the next step.
+                self._last_was_prefill = has_decodes
+                return
+        self._run_decodes(budget)
+        if not self._plan.preempted:  # type: ignore[union-attr]
+            self._resume_swapped(budget)
+        self._last_was_prefill = False
+
+    def _run_decodes(self, budget: StepBudget) -> None:
+        for request in list(self.running):
+            if request in self.running and not request.is_prefilling and not budget.is_spent:
+                if self._schedule_running(request, 1):
+                    budget.take(1)
+
+    def _run_prefill_chunks(self, budget: StepBudget, now: float) -> None:
+        for request in list(self.running):
+            if budget.is_spent:
+                return
+            if request in self.running and request.is_prefilling and not self._is_scheduled(request):
+                chunk = min(request.num_pending, self.chunk_size, budget.num_tokens)
+                if self._schedule_running(request, chunk):
+                    budget.take(chunk)
+        if self.swapped or self._plan.preempted:  # type: ignore[union-attr]
+            return
+        admission = self._admission_budget(budget)
+        while self.waiting and not admission.is_spent:
+            taken = self._try_admit(self.waiting[0], admission, self.chunk_size, now)
+            if taken == 0:
+                return
+            budget.take(taken)
+
+    def _is_scheduled(self, request: Request) -> bool:
+        return request.request_id in self._plan.scheduled  # type: ignore[union-attr]

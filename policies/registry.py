@@ -1,0 +1,49 @@
+"""Policy registry: name -> class, imported on use."""
+
+from __future__ import annotations
+
+import importlib
+
+POLICIES: dict[str, str] = {
+    "static": "policies.static:StaticPolicy",
+    "continuous": "policies.continuous:ContinuousPolicy",
+    "chunked_prefill": "policies.chunked_prefill:ChunkedPrefillPolicy",
+}
+
+
+def policy_class(name: str) -> type:
+    module_name, attr = POLICIES[name].split(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def make_policy(
+    name: str,
+    *,
+    num_blocks: int,
+    block_size: int = 16,
+    prefix_caching: bool = False,
+    num_host_blocks: int = 0,
+    hasher=None,  # noqa: ANN001 - simcore.prefix.PrefixHasher
+    emit_block_tables: bool = False,
+    block_bytes: int = 0,
+    free_block_order=None,  # noqa: ANN001
+    **options,  # noqa: ANN003 - SchedulerOptions fields plus the policy's own
+):  # noqa: ANN201
+    """Build a policy with its block manager (and host tier), e.g. for tests and the runner."""
+    from dataclasses import fields
+
+    from policies.base import SchedulerOptions
+    from policies.host_pool import HostPool
+    from simcore.block_manager import BlockManager
+    from simcore.prefix import PrefixHasher
+
+    shared = {f.name for f in fields(SchedulerOptions)}
+    scheduler = SchedulerOptions(**{k: v for k, v in options.items() if k in shared})
+    own = {k: v for k, v in options.items() if k not in shared}
+    bm = BlockManager(num_blocks, block_size, free_block_order=free_block_order, enable_prefix_caching=prefix_caching)
+    if prefix_caching and hasher is None:
+        hasher = PrefixHasher(block_size)
+    host = HostPool(num_host_blocks) if num_host_blocks > 0 else None
+    return policy_class(name)(
+        scheduler, bm, hasher=hasher, host=host, emit_block_tables=emit_block_tables, block_bytes=block_bytes, **own
+    )

@@ -1,0 +1,58 @@
+"""Static batching: a group runs until every member is done; newcomers wait for the next group.
+
+Finished rows stop computing but their slots stay unused until the whole group completes
+(head-of-line blocking, seed 21.3). Each member reserves its prompt + outputs up front, as a
+static engine preallocates; with `padded: true` every member reserves the group's longest
+length, so the rectangular padding counts as storage (seed 21.1).
+"""
+
+from __future__ import annotations
+
+from policies.base import BasePolicy
+from simcore.request import Request, Status
+
+
+class StaticPolicy(BasePolicy):
+    name = "static"
+
+    def __init__(self, *args, max_batch_size: int = 32, padded: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        self.max_batch_size = max_batch_size
+        self.padded = padded
+
+    def _fill(self, now: float) -> None:
+        if not self.running:
+            self._form_group(now)
+            return
+        for request in self.running:
+            num_new = request.num_pending
+            self._plan.copies.extend(self.bm.append(request.request_id, num_new))  # type: ignore[union-attr]
+            self._add_seq(request, num_new)
+
+    def _form_group(self, now: float) -> None:
+        candidates = list(self.waiting)[: self.max_batch_size]
+        while candidates and not self._fits(candidates):
+            candidates.pop()
+        if not candidates:
+            return
+        reserve = self._reserve_positions(candidates)
+        for request in candidates:
+            self.waiting.remove(request)
+            self.bm.allocate(request.request_id, reserve or request.num_final_positions)
+            request.first_scheduled_s = request.first_scheduled_s if request.first_scheduled_s is not None else now
+            request.status = Status.RUNNING
+            request.num_prefix_query_tokens += request.num_tokens
+            self.running.append(request)
+            num_new = request.num_pending
+            self.bm.append(request.request_id, num_new)
+            self._add_seq(request, num_new)
+
+    def _reserve_positions(self, group: list[Request]) -> int:
+        return max(r.num_final_positions for r in group) if self.padded else 0
+
+    def _fits(self, group: list[Request]) -> bool:
+        reserve = self._reserve_positions(group)
+        need = sum(self.bm.blocks_for(reserve or r.num_final_positions) for r in group)
+        return self.bm.can_allocate(need)

@@ -1,0 +1,156 @@
+"""Per-request records and summaries, named as vLLM's `bench serve` names them.
+
+TTFT = first output - arrival = queue (arrival -> first scheduled) + prefill (-> logits of the
+last prompt position) + delivery (selection/delivery overhead), seed eq. 21.4.
+TPOT = (t_N - t_1) / (N - 1), undefined for N = 1 (eq. 21.5). ITL = gaps between output events.
+E2EL = last output - arrival. Throughputs divide by the observed duration (first arrival to
+last finish); goodput counts requests meeting every SLO.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from simcore.request import Request
+
+PERCENTILES = (50, 90, 95, 99)
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+
+
+def ttft_parts(queue_s: float, prefill_s: float, delivery_s: float) -> float:
+    """Eq. 21.4: the three non-overlapping terms of a server-side TTFT."""
+    return queue_s + prefill_s + delivery_s
+
+
+def tpot(first_token_s: float, last_token_s: float, num_outputs: int) -> float:
+    """Eq. 21.5: mean time per output token after the first; NaN for a one-token response."""
+    if num_outputs < 2:
+        return math.nan
+    return (last_token_s - first_token_s) / (num_outputs - 1)
+
+
+def output_throughput(num_output_tokens: int, duration_s: float) -> float:
+    """Aggregate output tokens per second (not any one request's TPOT, seed 21.2)."""
+    return num_output_tokens / duration_s if duration_s > 0 else math.nan
+
+
+REQUEST_COLUMNS = (
+    "request_id", "status", "reject_reason", "arrival_s", "prompt_len", "output_len", "num_outputs",
+    "first_scheduled_s", "prefill_done_s", "first_token_s", "last_token_s", "finish_s",
+    "queue_s", "prefill_s", "delivery_s", "ttft_s", "tpot_s", "e2el_s",
+    "num_preemptions", "num_swaps", "num_cached_prefix_tokens", "num_prefix_query_tokens",
+    "num_prefix_hit_tokens", "num_recomputed_tokens", "swap_delay_s", "recompute_delay_s",
+    "session_id", "turn", "cache_salt", "adapter_id",
+)
+
+
+def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
+    rows = []
+    nan = math.nan
+    for r in requests:
+        first = r.output_times[0] if r.output_times else nan
+        last = r.output_times[-1] if r.output_times else nan
+        scheduled = r.first_scheduled_s if r.first_scheduled_s is not None else nan
+        prefill_done = r.prefill_done_s if r.prefill_done_s is not None else nan
+        rows.append((
+            r.request_id, r.status.value, r.reject_reason, r.arrival_s, r.prompt_len, r.num_target_outputs,
+            r.num_outputs, scheduled, prefill_done, first, last,
+            r.finish_s if r.finish_s is not None else nan,
+            scheduled - r.arrival_s, prefill_done - scheduled, first - prefill_done, first - r.arrival_s,
+            tpot(first, last, r.num_outputs), last - r.arrival_s,
+            r.num_preemptions, r.num_swaps, r.num_cached_prefix, r.num_prefix_query_tokens,
+            r.num_prefix_hit_tokens, r.num_recomputed_tokens, r.swap_delay_s, r.recompute_delay_s,
+            r.session_id, r.turn, r.cache_salt, r.adapter_id,
+        ))
+    frame = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+    return frame
+
+
+def itl_values(requests: Sequence[Request]) -> np.ndarray:
+    """Every gap between consecutive output events of every finished request, in seconds."""
+    gaps = [np.diff(np.asarray(r.output_times)) for r in requests if len(r.output_times) > 1]
+    return np.concatenate(gaps) if gaps else np.zeros(0)
+
+
+def _stats(prefix: str, values_s: np.ndarray, out: dict) -> None:
+    ms = np.asarray(values_s, dtype=float) * 1000.0
+    ms = ms[~np.isnan(ms)]
+    if ms.size == 0:
+        out[f"mean_{prefix}_ms"] = None
+        out[f"median_{prefix}_ms"] = None
+        out[f"std_{prefix}_ms"] = None
+        for p in PERCENTILES:
+            out[f"p{p}_{prefix}_ms"] = None
+        return
+    out[f"mean_{prefix}_ms"] = float(np.mean(ms))
+    out[f"median_{prefix}_ms"] = float(np.median(ms))
+    out[f"std_{prefix}_ms"] = float(np.std(ms))
+    for p in PERCENTILES:
+        out[f"p{p}_{prefix}_ms"] = float(np.percentile(ms, p))
+
+
+def summarize(
+    requests: Sequence[Request],
+    *,
+    slo_ms: dict[str, float] | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """Summary in vLLM `bench serve` names (plus p90/p95), over finished requests."""
+    frame = request_frame(requests)
+    done = frame[frame["status"] == "finished"]
+    finished = [r for r in requests if r.status.value == "finished"]
+    out: dict = {}
+    if len(done):
+        start = float(frame["arrival_s"].min())
+        end = float(done["finish_s"].max())
+        duration = end - start
+    else:
+        duration = 0.0
+    num_in = int(done["prompt_len"].sum())
+    num_out = int(done["num_outputs"].sum())
+    out["duration"] = duration
+    out["completed"] = int(len(done))
+    out["num_requests"] = int(len(frame))
+    out["num_rejected"] = int((frame["status"] == "rejected").sum())
+    out["num_unfinished"] = int((frame["status"] == "unfinished").sum())
+    out["total_input_tokens"] = num_in
+    out["total_output_tokens"] = num_out
+    out["request_throughput"] = len(done) / duration if duration > 0 else None
+    out["output_throughput"] = num_out / duration if duration > 0 else None
+    out["total_token_throughput"] = (num_in + num_out) / duration if duration > 0 else None
+    _stats("ttft", done["ttft_s"].to_numpy(), out)
+    _stats("tpot", done["tpot_s"].to_numpy(), out)
+    _stats("itl", itl_values(finished), out)
+    _stats("e2el", done["e2el_s"].to_numpy(), out)
+    for part in ("queue", "prefill", "delivery"):
+        values = done[f"{part}_s"].to_numpy(dtype=float) * 1000.0
+        out[f"mean_{part}_ms"] = float(np.mean(values)) if values.size else None
+    queried = int(frame["num_prefix_query_tokens"].sum())
+    hits = int(frame["num_prefix_hit_tokens"].sum())
+    out["prefix_cache_queries"] = queried
+    out["prefix_cache_hits"] = hits
+    out["prefix_cache_hit_rate"] = hits / queried if queried else None
+    out["num_preemptions"] = int(frame["num_preemptions"].sum())
+    if slo_ms:
+        out["request_goodput"] = goodput(done, slo_ms, duration)
+    if extra:
+        out.update(extra)
+    return out
+
+
+SLO_COLUMNS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
+
+
+def goodput(done: pd.DataFrame, slo_ms: dict[str, float], duration: float) -> float | None:
+    """Requests per second that met every SLO (an undefined TPOT meets a TPOT SLO, as in vLLM)."""
+    if duration <= 0:
+        return None
+    ok = np.ones(len(done), dtype=bool)
+    for metric, limit_ms in slo_ms.items():
+        values = done[SLO_COLUMNS[metric]].to_numpy(dtype=float) * 1000.0
+        ok &= np.isnan(values) | (values <= limit_ms)
+    return float(ok.sum()) / duration

@@ -1,0 +1,68 @@
+"""The step plan: the only thing a cost model (simulated or real) sees of a step.
+
+Plain frozen data, produced by a policy's `schedule()` and consumed by `complete()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledSeq:
+    request_id: int
+    # Positions processed this step (q_i): a prefill chunk, a recompute, or 1 for a decode.
+    num_new_tokens: int
+    # Positions already in the KV cache before this step (c_i), prefix-cache hits included;
+    # the new positions are context_len .. context_len + num_new_tokens - 1.
+    context_len: int
+    # Whether this step reaches the last known token, so its logits select an output.
+    selects_token: bool
+    # Prompt length, so a backend can tell prompt positions from generated ones.
+    prompt_len: int
+    # Physical KV block ids for logical blocks 0..n-1 after this step's allocation.
+    block_table: tuple[int, ...] = ()
+    # Prompt content when the workload carries token ids (the real engine feeds them).
+    prompt_token_ids: tuple[int, ...] | None = None
+
+    @property
+    def is_decode(self) -> bool:
+        """A single generated token processed on top of a complete prompt."""
+        return self.num_new_tokens == 1 and self.context_len >= self.prompt_len
+
+    @property
+    def end_len(self) -> int:
+        return self.context_len + self.num_new_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    step_id: int
+    # Requests that run this step, in batch order.
+    seqs: tuple[ScheduledSeq, ...]
+    # Copy-on-write block copies to perform before the step: (source block, destination block).
+    blocks_to_copy: tuple[tuple[int, int], ...] = ()
+    # Device -> host block moves (swap-out / offload): (device block, host block).
+    blocks_to_swap_out: tuple[tuple[int, int], ...] = ()
+    # Host -> device block moves (swap-in / prefix reload): (host block, device block).
+    blocks_to_swap_in: tuple[tuple[int, int], ...] = ()
+    # Bytes of one KV block, so transfer costs need no model knowledge beyond the plan.
+    block_bytes: int = 0
+    # Requests preempted while forming this plan (they do not run in it).
+    preempted_ids: tuple[int, ...] = ()
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.seqs)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.seqs if not s.is_decode)
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return sum(1 for s in self.seqs if s.is_decode)
+
+    @property
+    def num_selecting(self) -> int:
+        return sum(1 for s in self.seqs if s.selects_token)

@@ -1,0 +1,29 @@
+"""Small builders shared by tests."""
+
+from __future__ import annotations
+
+from backends.constant import ConstantCostModel
+from policies.registry import make_policy
+from simcore.engine import RunLimits, RunResult, simulate
+from simcore.request import Request
+
+
+def req(request_id: int, arrival_s: float, prompt_len: int, output_len: int, **kw) -> Request:
+    return Request(request_id=request_id, arrival_s=arrival_s, prompt_len=prompt_len, output_len=output_len, **kw)
+
+
+def run(requests, policy_name: str, *, num_blocks: int = 1000, block_size: int = 4, cost=None, **options) -> tuple:
+    policy = make_policy(policy_name, num_blocks=num_blocks, block_size=block_size, **options)
+    cost = cost or ConstantCostModel(step_s=0.01)
+    result: RunResult = simulate(requests, policy, cost, limits=RunLimits(check_invariants=True))
+    return policy, result
+
+
+def drive(policy, now: float = 0.0, step_s: float = 0.01):
+    """One schedule/complete round by hand; returns (plan, time after the step)."""
+    plan = policy.schedule(now)
+    if plan is None:
+        return None, now
+    policy.complete(plan, now + step_s)
+    policy.check()
+    return plan, now + step_s

@@ -1,0 +1,1 @@
+"""Workloads: arrival processes, length distributions, trace readers, shared prefixes, sessions."""
