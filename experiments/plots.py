@@ -28,6 +28,9 @@ def plot_latency_percentiles(run, out_dir: Path) -> list[Path]:  # noqa: ANN001
         for i, (name, key) in enumerate((("p50", "median"), ("p90", "p90"), ("p99", "p99"))):
             values = [r.summary.get(f"{key}_{metric}_ms") or 0.0 for r in run.runs]
             ax.bar(x + (i - 1) * width, values, width, label=name)
+        positive = [r.summary.get(f"p99_{metric}_ms") or 0.0 for r in run.runs]
+        if min(positive) > 0 and max(positive) / min(positive) > 30:
+            ax.set_yscale("log")  # keep small bars readable beside a policy that is 100x worse
         ax.set_xticks(x, labels)
         ax.set_ylabel(unit)
         ax.set_title(unit.split(" ")[0] + " percentiles")

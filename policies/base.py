@@ -100,6 +100,14 @@ class BasePolicy:
         self._now = now
         self._plan = _PlanBuilder()
         self._fill(now)
+        while not self._plan.seqs and not self._plan.swap_out and self._plan.preempted:
+            # Preempting freed blocks but nothing ran: plan again with the room now available.
+            preempted = self._plan.preempted
+            self._plan = _PlanBuilder()
+            self._plan.preempted.extend(preempted)
+            self._fill(now)
+            if self._plan.preempted == preempted and not self._plan.seqs:
+                break
         return self._end_plan()
 
     def _fill(self, now: float) -> None:
@@ -239,8 +247,10 @@ class BasePolicy:
             return 0
         self.bm.allocate(request.request_id, reserve_positions, hit)
         self.waiting.remove(request)
-        request.num_prefix_query_tokens += request.num_tokens
-        request.num_prefix_hit_tokens += num_hit
+        if self.bm.enable_prefix_caching:
+            # vLLM's convention: every lookup queries the request's known tokens.
+            request.num_prefix_query_tokens += request.num_tokens
+            request.num_prefix_hit_tokens += num_hit
         if request.first_scheduled_s is None:
             request.first_scheduled_s = now
             request.num_cached_prefix = num_hit

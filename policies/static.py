@@ -43,7 +43,6 @@ class StaticPolicy(BasePolicy):
             self.bm.allocate(request.request_id, reserve or request.num_final_positions)
             request.first_scheduled_s = request.first_scheduled_s if request.first_scheduled_s is not None else now
             request.status = Status.RUNNING
-            request.num_prefix_query_tokens += request.num_tokens
             self.running.append(request)
             num_new = request.num_pending
             self.bm.append(request.request_id, num_new)

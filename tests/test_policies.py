@@ -1,0 +1,175 @@
+"""Policy behaviour under memory pressure, admission modes, rejection and time horizons."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from backends.constant import ConstantCostModel
+from experiments.runner import fresh_copy
+from policies.registry import make_policy
+from simcore.engine import RunLimits, simulate
+from simcore.errors import ServesimError
+from simcore.metrics import summarize
+from tests.helpers import req, run
+
+POLICY_OPTIONS = (
+    ("static", {"max_batch_size": 6}),
+    ("continuous", {}),
+    ("continuous", {"mixed": True}),
+    ("chunked_prefill", {"chunk_size": 8}),
+    ("chunked_prefill", {"chunk_size": 8, "order": "alternate"}),
+)
+
+
+def pressured_workload(n: int = 40, seed: int = 1):
+    rng = random.Random(seed)
+    return [req(i, i * 0.02, rng.randint(1, 40), rng.randint(1, 40)) for i in range(n)]
+
+
+@pytest.mark.parametrize("name,opts", POLICY_OPTIONS)
+def test_every_request_finishes_once_under_pressure(name, opts):
+    workload = pressured_workload()
+    policy, result = run([fresh_copy(r) for r in workload], name, num_blocks=30, block_size=4,
+                         max_num_seqs=8, max_num_batched_tokens=48, **opts)
+    ids = sorted(r.request_id for r in result.requests)
+    assert ids == list(range(len(workload)))
+    assert len(result.finished) == len(workload)
+    assert all(r.num_outputs == r.output_len for r in result.finished)
+    assert policy.bm.num_free_blocks == policy.bm.num_blocks  # zero leaked blocks
+    assert policy.num_resident_tokens == 0
+
+
+@pytest.mark.parametrize("name,opts", [p for p in POLICY_OPTIONS if p[0] != "static"])
+def test_recompute_and_swap_give_the_same_output_lengths(name, opts):
+    workload = pressured_workload(seed=3)
+    outputs = {}
+    for mode in ("recompute", "swap"):
+        policy, result = run([fresh_copy(r) for r in workload], name, num_blocks=24, block_size=4,
+                             num_host_blocks=200, preemption=mode, max_num_seqs=8,
+                             max_num_batched_tokens=48, **opts)
+        outputs[mode] = {r.request_id: r.num_outputs for r in result.finished}
+        assert policy.num_preemptions[mode] > 0, "the workload should force preemption"
+        assert policy.host.num_free_blocks == 200  # nothing left on the host tier
+    assert outputs["recompute"] == outputs["swap"]
+
+
+def test_swap_in_restores_exactly_the_blocks_swapped_out():
+    policy = make_policy("continuous", num_blocks=12, block_size=4, num_host_blocks=20, preemption="swap")
+    a, b = req(0, 0.0, 8, 30), req(1, 0.0, 8, 30)
+    policy.add(a, 0.0)
+    policy.add(b, 0.0)
+    swapped_out, swapped_in, now = [], [], 0.0
+    while policy.has_work() and now < 5:
+        plan = policy.schedule(now)
+        swapped_out += list(plan.blocks_to_swap_out)
+        swapped_in += list(plan.blocks_to_swap_in)
+        now += 0.01
+        policy.complete(plan, now)
+        policy.check()
+        if swapped_in:
+            break
+    assert swapped_out and swapped_in
+    out_host = sorted(h for _, h in swapped_out)
+    in_host = sorted(h for h, _ in swapped_in)
+    assert out_host == in_host  # every host block written is read back, once
+
+
+def test_hand_computed_swap_transfer_time_with_constant_cost_model():
+    cost = ConstantCostModel(step_s=0.010, link_bytes_per_s=1e9, transfer_latency_s=0.001)
+    policy = make_policy("continuous", num_blocks=12, block_size=4, num_host_blocks=20, preemption="swap",
+                         block_bytes=1_000_000)
+    policy.add(req(0, 0.0, 8, 30), 0.0)
+    policy.add(req(1, 0.0, 8, 30), 0.0)
+    now = 0.0
+    while True:
+        plan = policy.schedule(now)
+        if plan.blocks_to_swap_out:
+            break
+        now += cost.step_time(plan)
+        policy.complete(plan, now)
+    moved = len(plan.blocks_to_swap_out)
+    # 10 ms compute + 1 ms latency + moved x 1 MB at 1 GB/s.
+    assert cost.step_time(plan) == pytest.approx(0.010 + 0.001 + moved * 1e-3)
+
+
+def test_reserve_admission_never_preempts():
+    workload = pressured_workload(seed=5)
+    policy, result = run([fresh_copy(r) for r in workload], "continuous", num_blocks=30, block_size=4,
+                         admission="reserve", max_num_batched_tokens=48)
+    assert sum(policy.num_preemptions.values()) == 0
+    assert len(result.finished) == len(workload)
+
+
+def test_watermark_keeps_blocks_free_at_admission():
+    policy = make_policy("continuous", num_blocks=100, block_size=1, admission="watermark", watermark=0.2)
+    for i in range(5):
+        policy.add(req(i, 0.0, 30, 5), 0.0)
+    plan = policy.schedule(0.0)
+    # 30 positions each: two fit while 20 blocks stay free; a third would leave 10.
+    assert len(plan.seqs) == 2
+
+
+def test_impossible_requests_are_rejected_with_a_reason_and_the_run_continues():
+    workload = [req(0, 0.0, 10, 5), req(1, 0.0, 500, 5), req(2, 0.0, 10, 85), req(3, 0.1, 10, 5)]
+    policy, result = run(workload, "continuous", num_blocks=20, block_size=4, max_model_len=100,
+                         max_num_batched_tokens=1000)
+    rejected = {r.request_id: r.reject_reason for r in result.rejected}
+    assert set(rejected) == {1, 2}
+    assert "max_model_len" in rejected[1]
+    assert "KV blocks" in rejected[2]
+    assert sorted(r.request_id for r in result.finished) == [0, 3]
+    summary = summarize(result.requests)
+    assert summary["num_rejected"] == 2 and summary["completed"] == 2
+
+
+def test_time_horizon_reports_unfinished_requests():
+    workload = [req(i, i * 0.001, 50, 200) for i in range(100)]
+    policy = make_policy("continuous", num_blocks=200, block_size=16, max_num_seqs=4)
+    result = simulate(workload, policy, ConstantCostModel(step_s=0.01), limits=RunLimits(max_sim_time_s=1.0))
+    assert result.end_reason == "max_sim_time"
+    assert result.sim_time_s == pytest.approx(1.0)
+    total = len(result.finished) + len(result.rejected) + len(result.unfinished)
+    assert total == 100 and len(result.unfinished) > 0
+    assert sorted(r.request_id for r in result.requests) == list(range(100))
+
+
+def test_wall_time_limit_ends_the_run_cleanly():
+    workload = [req(i, 0.0, 10, 100000) for i in range(4)]
+    policy = make_policy("continuous", num_blocks=100000, block_size=16)
+    result = simulate(workload, policy, ConstantCostModel(step_s=0.01), limits=RunLimits(max_wall_time_s=0.2))
+    assert result.end_reason == "max_wall_time"
+    assert len(result.unfinished) == 4
+
+
+def test_a_run_that_cannot_finish_says_why():
+    class NeverSchedules:
+        """A policy that accepts work but never plans a step."""
+
+        def __init__(self):
+            self.waiting, self.running, self.swapped, self.finished, self.rejected = [], [], [], [], []
+
+        def add(self, request, now):
+            self.waiting.append(request)
+
+        def schedule(self, now):
+            return None
+
+        def has_work(self):
+            return bool(self.waiting)
+
+    policy = NeverSchedules()
+    policy.bm = make_policy("continuous", num_blocks=4).bm
+    with pytest.raises(ServesimError, match="cannot finish"):
+        simulate([req(0, 0.0, 4, 4)], policy, ConstantCostModel())
+
+
+def test_static_padded_reserves_the_group_maximum():
+    policy = make_policy("static", num_blocks=100, block_size=4, max_batch_size=3, padded=True)
+    for i, (p, o) in enumerate([(4, 1), (4, 1), (40, 1)]):
+        policy.add(req(i, 0.0, p, o), 0.0)
+    policy.schedule(0.0)
+    # Each row reserves the longest member's 40 positions: 10 blocks, 30 in all.
+    assert policy.bm.num_used_blocks == 30
+
