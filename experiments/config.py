@@ -127,6 +127,11 @@ class Experiment(Strict):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    # Sweeps (servesim sweep): dotted path -> list of values, plus optional `mode: product|zip`;
+    # checked by experiments.sweep, which expands them into points.
+    sweep: dict[str, Any] | None = None
+    # Named whole-experiment variants: name -> {dotted path: value}, compared on the same workload.
+    variants: dict[str, dict[str, Any]] | None = None
 
     @field_validator("weight_dtype")
     @classmethod

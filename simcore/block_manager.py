@@ -62,6 +62,8 @@ class BlockManager:
         self.block_content: dict[int, BlockContent] = {}
         self.evictable: OrderedDict[int, None] = OrderedDict()
         self.num_evictions = 0
+        # Blocks referenced by more than one request right now (shared prefixes, forks).
+        self.num_shared_blocks = 0
         # Called with a block id when an evictable cached block is reused for new content, so a
         # host tier can keep a copy (offload of evicted prefix blocks).
         self.on_evict: Callable[[int, int, BlockContent], None] | None = None
@@ -259,6 +261,8 @@ class BlockManager:
         if self.ref_counts[block] == 0:
             # A cache hit on an evictable entry revives it.
             self.evictable.pop(block, None)
+        elif self.ref_counts[block] == 1:
+            self.num_shared_blocks += 1
         self.ref_counts[block] += 1
 
     def _drop_reference(self, block: int) -> None:
@@ -266,6 +270,8 @@ class BlockManager:
         if count <= 0:
             raise AssertionError(f"block {block}: reference count would drop below zero")
         self.ref_counts[block] = count - 1
+        if count == 2:
+            self.num_shared_blocks -= 1
         if count == 1:
             if block in self.block_hash:
                 self.evictable[block] = None  # most recently used at the end
@@ -295,6 +301,8 @@ class BlockManager:
             raise AssertionError("a block is both free/evictable and referenced")
         if len(free) + len(evictable) + len(referenced) != self.num_blocks:
             raise AssertionError("block accounting does not add up")
+        if self.num_shared_blocks != sum(1 for c in self.ref_counts if c > 1):
+            raise AssertionError("shared-block counter is off")
         for request_id, table in self.block_tables.items():
             stored = self.num_positions[request_id]
             if len(table) < self.blocks_for(stored):

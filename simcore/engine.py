@@ -62,26 +62,49 @@ def simulate(
     env = simpy.Environment()
     log = StepLog()
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+    known = {r.request_id for r in ordered}
+    # Follow-up turns wait for their parent to finish; the rest arrive at fixed times.
+    children: dict[int, list[Request]] = {}
+    for request in ordered:
+        if request.parent_id is not None and request.parent_id in known:
+            children.setdefault(request.parent_id, []).append(request)
+    timed = [r for r in ordered if r.parent_id is None or r.parent_id not in known]
     wall_start = time.perf_counter()
-    state = {"arrivals_done": not ordered, "wake": env.event(), "end": "done", "events": 0}
+    state = {"arrivals_done": not timed, "pending": sum(len(c) for c in children.values()),
+             "wake": env.event(), "end": "done", "events": 0}
+
+    def arrive(request: Request) -> None:
+        policy.add(request, env.now)
+        state["events"] += 1
+        if request.status is Status.REJECTED:
+            release_children(request)
+        if not state["wake"].triggered:
+            state["wake"].succeed()
 
     def arrivals():  # noqa: ANN202
-        for request in ordered:
+        for request in timed:
             if request.arrival_s > env.now:
                 yield env.timeout(request.arrival_s - env.now)
-            policy.add(request, env.now)
-            state["events"] += 1
-            if not state["wake"].triggered:
-                state["wake"].succeed()
+            arrive(request)
         state["arrivals_done"] = True
         if not state["wake"].triggered:
             state["wake"].succeed()
+
+    def follow_up(request: Request):  # noqa: ANN202
+        yield env.timeout(request.think_time_s)
+        state["pending"] -= 1
+        arrive(request)
+
+    def release_children(parent: Request) -> None:
+        for child in children.pop(parent.request_id, ()):
+            child.arrival_s = env.now + child.think_time_s
+            env.process(follow_up(child))
 
     def steps():  # noqa: ANN202
         while True:
             plan = policy.schedule(env.now)
             if plan is None:
-                if state["arrivals_done"]:
+                if state["arrivals_done"] and state["pending"] == 0:
                     if policy.has_work():
                         raise ServesimError(_stuck_message(policy, env.now))
                     return
@@ -93,7 +116,9 @@ def simulate(
             if not duration > 0:
                 raise ServesimError(f"cost model returned a non-positive step time {duration!r} for step {plan.step_id}")
             yield env.timeout(duration)
-            policy.complete(plan, env.now)
+            for request in policy.complete(plan, env.now):
+                if children:
+                    release_children(request)
             state["events"] += 1
             log.append(
                 (
@@ -108,6 +133,7 @@ def simulate(
                     len(policy.waiting),
                     len(policy.swapped),
                     policy.bm.num_used_blocks,
+                    policy.bm.num_shared_blocks,
                     policy.host.num_used_blocks if policy.host is not None else 0,
                     policy.num_resident_tokens,
                     len(plan.preempted_ids),

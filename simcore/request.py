@@ -45,6 +45,10 @@ class Request:
     # Content key of this request's generated tokens, so a later turn that repeats them as its
     # prompt can hit the blocks they filled (multi-turn sessions).
     output_key: str | None = None
+    # Closed-loop sessions: this request arrives `think_time_s` after request `parent_id`
+    # finishes (its arrival_s is then set by the engine), not at a fixed time.
+    parent_id: int | None = None
+    think_time_s: float = 0.0
 
     # --- state, advanced by the policy ---
     status: Status = Status.WAITING

@@ -17,6 +17,7 @@ STEP_COLUMNS = (
     "num_waiting",
     "num_swapped",
     "kv_blocks_used",
+    "kv_blocks_shared",
     "host_blocks_used",
     "resident_tokens",
     "num_preempted",
