@@ -270,7 +270,8 @@ class BasePolicy:
         hashes, contents = self._prefix_chain(request)
         # Never count the last known token as a hit: its logits must be computed.
         max_blocks = (request.num_tokens - 1) // self.bm.block_size
-        return self.bm.lookup_prefix(hashes[:max_blocks], contents[:max_blocks])
+        root = self.hasher.root_identity(request)
+        return self.bm.lookup_prefix(hashes[:max_blocks], contents[:max_blocks], root)
 
     def _prefix_chain(self, request: Request) -> tuple[list[int], list[tuple]]:
         found = self._prefix.get(request.request_id)
@@ -290,8 +291,10 @@ class BasePolicy:
             return
         hashes, contents = self._prefix_chain(request)
         table = self.bm.block_tables[request.request_id]
+        root = self.hasher.root_identity(request)
         for logical in range(first, min(last, len(hashes))):
-            self.bm.cache_block(table[logical], hashes[logical], contents[logical])
+            parent = table[logical - 1] if logical else root
+            self.bm.cache_block(table[logical], hashes[logical], contents[logical], parent)
 
     # ---- preemption and swaps -------------------------------------------------------------
 

@@ -103,21 +103,27 @@ class BlockManager:
 
     # ---- prefix cache ---------------------------------------------------------------------
 
-    def lookup_prefix(self, hashes: Sequence[int], contents: Sequence[BlockContent]) -> PrefixHit:
-        """Longest run of leading blocks already cached with matching hash *and* content."""
+    def lookup_prefix(self, hashes: Sequence[int], contents: Sequence[BlockContent], root: tuple = ()) -> PrefixHit:
+        """Longest run of leading blocks already cached with matching hash *and* verified content.
+
+        A hash match alone could be a collision. A hit is verified exactly: the block's tokens
+        equal ours and its parent is the very block we matched before it (or, for the first
+        block, the same configuration/adapter/salt root), so no collision can alias two contexts.
+        """
         if not self.enable_prefix_caching:
             return PrefixHit((), ())
         found: list[int] = []
+        parent: object = root
         for block_hash, content in zip(hashes, contents):
             block = self.cached_blocks.get(block_hash)
-            # A hash match alone could be a collision: only identical content may be shared.
-            if block is None or self.block_content.get(block) != content:
+            if block is None or self.block_content.get(block) != (parent, content):
                 break
             found.append(block)
+            parent = block
         return PrefixHit(tuple(found), tuple(hashes[: len(found)]))
 
-    def cache_block(self, block: int, block_hash: int, content: BlockContent) -> None:
-        """Register a full block's identity so later requests can share it."""
+    def cache_block(self, block: int, block_hash: int, content: BlockContent, parent: object = ()) -> None:
+        """Register a full block's identity (hash, and content + parent for verification)."""
         if not self.enable_prefix_caching or block in self.block_hash:
             return
         if block_hash in self.cached_blocks:
@@ -125,7 +131,7 @@ class BlockManager:
             return
         self.cached_blocks[block_hash] = block
         self.block_hash[block] = block_hash
-        self.block_content[block] = content
+        self.block_content[block] = (parent, content)
 
     # ---- allocation -----------------------------------------------------------------------
 

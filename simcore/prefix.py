@@ -44,12 +44,16 @@ class PrefixHasher:
     # Injectable for tests that force collisions.
     hash_fn: Callable[[tuple], int] = hash
 
-    def root(self, request: Request) -> int:
-        """h0: the compatible-configuration identity, including adapter and cache salt."""
+    def root_identity(self, request: Request) -> tuple:
+        """The compatible-configuration identity (model, KV dtype, block size, adapter, salt) as ints."""
         parts = tuple(self.interner(str(p)) for p in self.config_key)
         adapter = self.interner(f"adapter:{request.adapter_id}")
         salt = self.interner(f"salt:{request.cache_salt}")
-        return self.hash_fn((parts, adapter, salt, self.block_size))
+        return (parts, adapter, salt, self.block_size)
+
+    def root(self, request: Request) -> int:
+        """h0: the hash of the root identity."""
+        return self.hash_fn(self.root_identity(request))
 
     def has_content(self, request: Request) -> bool:
         return request.segments is not None or request.prompt_token_ids is not None
