@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from backends.base import CostContext
 from simcore.plan import StepPlan
 
@@ -23,6 +25,11 @@ class ConstantCostModel:
     def step_time(self, plan: StepPlan) -> float:
         compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * len(plan.seqs)
         return compute + self.transfer_time(plan)
+
+    def decode_step_times(self, batch_size: int, sum_context_start: int, num_steps: int) -> np.ndarray:
+        """Times of consecutive decode-only steps, bit-equal to step_time on those plans."""
+        compute = self.step_s + self.per_token_s * batch_size + self.per_request_s * batch_size
+        return np.full(num_steps, compute + 0.0)
 
     def transfer_time(self, plan: StepPlan) -> float:
         num_moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)

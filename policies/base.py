@@ -387,6 +387,90 @@ class BasePolicy:
         request.finish_s = at
         self.finished.append(request)
 
+    # ---- decode stretches (the fast path) ------------------------------------------------
+
+    def decode_stretch_bound(self) -> int:
+        """How many of the next steps are certain to be decode-only steps of the same batch.
+
+        While no request arrives, finishes, is admitted, needs a block it cannot get, or is
+        preempted, each step processes one token for every running request, so the steps can
+        be taken at once (`apply_decode_stretch`) with results identical to stepping one by one.
+        Returns 0 when the next step is not of that kind. The step in which the first request
+        finishes is included; arrivals are the engine's to bound.
+        """
+        running = self.running
+        if not running or self.swapped or self._preempted_at.keys() & {r.request_id for r in running}:
+            return 0
+        if not self._decodes_all_fit(len(running)):
+            return 0
+        sum_context = 0
+        num_steps = 1 << 60
+        for request in running:
+            if request.num_outputs == 0 or request.num_processed != request.num_tokens - 1:
+                return 0  # still prefilling
+            remaining = request.num_target_outputs - request.num_outputs
+            if remaining < num_steps:
+                num_steps = remaining
+            sum_context += request.num_processed
+        if self.waiting and self._may_admit_during_stretch():
+            return 0
+        return self.bm.max_decode_steps([r.request_id for r in running], num_steps)
+
+    def _decodes_all_fit(self, num_decodes: int) -> bool:
+        """Whether one step's budget always schedules every running decode."""
+        return num_decodes <= self.options.max_num_batched_tokens
+
+    def _may_admit_during_stretch(self) -> bool:
+        """Whether the waiting head might be admitted while the batch decodes (conservative).
+
+        Running count and free blocks cannot grow during a stretch, so a head blocked by either
+        now stays blocked until the stretch's last step.
+        """
+        if len(self.running) >= self.options.max_num_seqs:
+            return False
+        if self.bm.enable_prefix_caching:
+            return True
+        head = self.waiting[0]
+        if self.options.admission == "reserve":
+            need = self.bm.blocks_for(head.num_final_positions)
+        else:
+            need = self.bm.blocks_for(min(head.num_tokens, self._first_chunk_limit(len(self.running))))
+        return need <= 0 or self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
+
+    def _first_chunk_limit(self, num_decodes: int) -> int:
+        return self.options.max_num_batched_tokens
+
+    def _after_decode_steps(self) -> None:
+        """Policy state a run of decode-only steps changes (e.g. alternating order)."""
+
+    def stretch_sum_context(self) -> int:
+        return sum(r.num_processed for r in self.running)
+
+    def apply_decode_stretch(self, step_ends: list[float]) -> list[Request]:
+        """Complete len(step_ends) decode steps of the whole running batch at once."""
+        num_steps = len(step_ends)
+        running = list(self.running)
+        self.bm.append_decode_steps([r.request_id for r in running], num_steps)
+        delivery = self.options.delivery_s
+        times = [end + delivery for end in step_ends] if delivery else list(step_ends)
+        caching = self.bm.enable_prefix_caching
+        done: list[Request] = []
+        for request in running:
+            before = request.num_processed
+            request.num_processed = before + num_steps
+            request.num_outputs += num_steps
+            request.output_times.extend(times)
+            if caching:
+                self._register_full_blocks(request, before)
+            if request.num_outputs >= request.num_target_outputs:
+                done.append(request)
+        self.num_resident_tokens += num_steps * len(running)
+        self.num_steps += num_steps
+        self._after_decode_steps()
+        for request in done:
+            self._finish(request, times[-1])
+        return done
+
     def drain_unfinished(self) -> list[Request]:
         """When a time horizon ends the run: everything still queued or running, marked unfinished."""
         left = [*self.running, *self.swapped, *self.waiting]

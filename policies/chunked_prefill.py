@@ -73,5 +73,11 @@ class ChunkedPrefillPolicy(BasePolicy):
                 return
             budget.take(taken)
 
+    def _after_decode_steps(self) -> None:
+        self._last_was_prefill = False
+
+    def _first_chunk_limit(self, num_decodes: int) -> int:
+        return min(self.chunk_size, self.options.max_num_batched_tokens - num_decodes)
+
     def _is_scheduled(self, request: Request) -> bool:
         return request.request_id in self._plan.scheduled  # type: ignore[union-attr]

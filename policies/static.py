@@ -31,6 +31,12 @@ class StaticPolicy(BasePolicy):
             self._plan.copies.extend(self.bm.append(request.request_id, num_new))  # type: ignore[union-attr]
             self._add_seq(request, num_new)
 
+    def _may_admit_during_stretch(self) -> bool:
+        return False  # newcomers wait for the whole group
+
+    def _decodes_all_fit(self, num_decodes: int) -> bool:
+        return True  # a static group has no token budget
+
     def _form_group(self, now: float) -> None:
         candidates = list(self.waiting)[: self.max_batch_size]
         while candidates and not self._fits(candidates):

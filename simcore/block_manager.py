@@ -194,6 +194,79 @@ class BlockManager:
         self.num_positions[request_id] = after
         return copies
 
+    def max_decode_steps(self, request_ids: list[int], limit: int) -> int:
+        """Most steps (<= limit) in which every request appends one position without running
+        out of blocks or hitting a copy-on-write."""
+        bs = self.block_size
+        free = self.num_free_blocks
+        firsts = []  # per request: steps until it first needs a new block, if within the limit
+        for rid in request_ids:
+            stored = self.num_positions[rid]
+            capacity = len(self.block_tables[rid]) * bs
+            if self._needs_copy_on_write(rid):
+                return 0
+            first = capacity - stored + 1  # the step that writes position `capacity`
+            if first <= limit:
+                firsts.append(first)
+        if not firsts:
+            return limit
+
+        def needed(num_steps: int) -> int:
+            return sum((num_steps - f) // bs + 1 for f in firsts if f <= num_steps)
+
+        if needed(limit) <= free:
+            return limit
+        low, high = 0, limit  # needed(low) <= free < needed(high)
+        while high - low > 1:
+            mid = (low + high) // 2
+            if needed(mid) <= free:
+                low = mid
+            else:
+                high = mid
+        return low
+
+    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int) -> list[int]:
+        """Extra blocks in use after each of the next `num_steps` decode steps (for step records)."""
+        bs = self.block_size
+        added = [0] * (num_steps + 1)
+        for rid in request_ids:
+            step = len(self.block_tables[rid]) * bs - self.num_positions[rid] + 1
+            while step <= num_steps:
+                added[step] += 1
+                step += bs
+        for j in range(1, num_steps + 1):
+            added[j] += added[j - 1]
+        return added[1:]
+
+    def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
+        """Append one position per request per step for `num_steps` steps (no copy-on-write).
+
+        New blocks are taken in the order stepping one by one would take them: step by step,
+        requests in the given order.
+        """
+        bs = self.block_size
+        events: list[tuple[int, int]] = []
+        for index, rid in enumerate(request_ids):
+            stored = self.num_positions[rid]
+            capacity = len(self.block_tables[rid]) * bs
+            step = capacity - stored + 1
+            while step <= num_steps:
+                events.append((step, index))
+                step += bs
+        events.sort()
+        for _, index in events:
+            self.block_tables[request_ids[index]].append(self._take_free_block())
+        for rid in request_ids:
+            after = self.num_positions[rid] + num_steps
+            table = self.block_tables[rid]
+            first = (after - num_steps) // bs
+            for logical in range(first, (after - 1) // bs + 1):
+                filled = min(bs, after - logical * bs)
+                block = table[logical]
+                if filled > self.num_filled[block]:
+                    self.num_filled[block] = filled
+            self.num_positions[rid] = after
+
     def free(self, request_id: int) -> None:
         """Drop a request's references, last logical block first (so evictions keep prefixes)."""
         table = self.block_tables.pop(request_id, None)

@@ -8,6 +8,8 @@ sleeps until the next arrival.
 
 from __future__ import annotations
 
+import heapq
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +30,9 @@ class RunLimits:
     max_wall_time_s: float | None = None
     # Verify block accounting and request state after every step (slower; on in tests).
     check_invariants: bool = False
+    # Take runs of decode-only steps at once when the cost model can price them in bulk.
+    # Results are identical either way (tested); off gives the straightforward step-by-step loop.
+    fast_forward: bool = True
 
 
 @dataclass
@@ -71,7 +76,12 @@ def simulate(
     timed = [r for r in ordered if r.parent_id is None or r.parent_id not in known]
     wall_start = time.perf_counter()
     state = {"arrivals_done": not timed, "pending": sum(len(c) for c in children.values()),
-             "wake": env.event(), "end": "done", "events": 0}
+             "wake": env.event(), "end": "done", "events": 0, "next_timed": 0}
+    follow_up_times: list[float] = []  # arrival times of released follow-up turns (a heap)
+    bulk = getattr(cost_model, "decode_step_times", None) if limits.fast_forward else None
+    if limits.check_invariants or on_step is not None:
+        bulk = None
+    horizon = limits.max_sim_time_s if limits.max_sim_time_s is not None else math.inf
 
     def arrive(request: Request) -> None:
         policy.add(request, env.now)
@@ -82,9 +92,10 @@ def simulate(
             state["wake"].succeed()
 
     def arrivals():  # noqa: ANN202
-        for request in timed:
+        for index, request in enumerate(timed):
             if request.arrival_s > env.now:
                 yield env.timeout(request.arrival_s - env.now)
+            state["next_timed"] = index + 1
             arrive(request)
         state["arrivals_done"] = True
         if not state["wake"].triggered:
@@ -93,15 +104,81 @@ def simulate(
     def follow_up(request: Request):  # noqa: ANN202
         yield env.timeout(request.think_time_s)
         state["pending"] -= 1
+        heapq.heappop(follow_up_times)
         arrive(request)
 
     def release_children(parent: Request) -> None:
         for child in children.pop(parent.request_id, ()):
             child.arrival_s = env.now + child.think_time_s
+            heapq.heappush(follow_up_times, child.arrival_s)
             env.process(follow_up(child))
+
+    def next_arrival() -> float:
+        index = state["next_timed"]
+        upcoming = timed[index].arrival_s if index < len(timed) else math.inf
+        return min(upcoming, follow_up_times[0]) if follow_up_times else upcoming
+
+    def decode_stretch():  # noqa: ANN202
+        """Take a run of decode-only steps at once; returns the number taken (0 if none)."""
+        num_steps = policy.decode_stretch_bound()
+        if num_steps < 2:
+            return 0
+        start = env.now
+        durations = bulk(len(policy.running), policy.stretch_sum_context(), num_steps)
+        # Step ends by repeated addition, exactly as the clock advances one step at a time.
+        ends = []
+        clock = start
+        arrival = next_arrival()
+        for duration in durations.tolist():
+            if clock >= arrival:
+                break  # this step would start after an arrival: the policy must see it first
+            if not duration > 0:
+                raise ServesimError(f"cost model returned a non-positive step time {duration!r}")
+            clock = clock + duration
+            if clock >= horizon:
+                break
+            ends.append(clock)
+        if len(ends) < 2:
+            return 0
+        num_running, num_swapped = len(policy.running), len(policy.swapped)
+        num_waiting_before = len(policy.waiting)
+        blocks_before, resident = policy.bm.num_used_blocks, policy.num_resident_tokens
+        shared_before = policy.bm.num_shared_blocks
+        first_step = policy.num_steps
+        used = policy.bm.blocks_used_after_decode_steps([r.request_id for r in policy.running], len(ends))
+        yield from _sleep_until(env, ends[-1])
+        done = policy.apply_decode_stretch(ends)
+        for request in done:
+            if children:
+                release_children(request)
+        starts = [start, *ends[:-1]]
+        for j, end in enumerate(ends):
+            last = j == len(ends) - 1
+            log.append(
+                (
+                    first_step + j, starts[j], end - starts[j], num_running, 0, num_running, num_running,
+                    len(policy.running) if last else num_running,
+                    len(policy.waiting) if last else num_waiting_before,
+                    num_swapped,
+                    policy.bm.num_used_blocks if last else blocks_before + used[j],
+                    policy.bm.num_shared_blocks if last else shared_before,
+                    policy.host.num_used_blocks if policy.host is not None else 0,
+                    policy.num_resident_tokens if last else resident + num_running * (j + 1),
+                    0, 0, 0, 0,
+                ),
+            )
+        state["events"] += 1
+        return len(ends)
 
     def steps():  # noqa: ANN202
         while True:
+            if bulk is not None:
+                taken = yield from decode_stretch()
+                if taken:
+                    if limits.max_wall_time_s is not None and time.perf_counter() - wall_start > limits.max_wall_time_s:
+                        state["end"] = "max_wall_time"
+                        return
+                    continue
             plan = policy.schedule(env.now)
             if plan is None:
                 if state["arrivals_done"] and state["pending"] == 0:
@@ -178,6 +255,16 @@ def simulate(
         wall_time_s=time.perf_counter() - wall_start,
         num_events=state["events"],
     )
+
+
+def _sleep_until(env: simpy.Environment, when: float):  # noqa: ANN202
+    """Wait until exactly `when` (env.now + (when - env.now) can round away from `when`)."""
+    delay = when - env.now
+    while env.now + delay < when:
+        delay = math.nextafter(delay, math.inf)
+    while env.now + delay > when:
+        delay = math.nextafter(delay, -math.inf)
+    yield env.timeout(delay)
 
 
 def _stuck_message(policy, now: float) -> str:  # noqa: ANN001

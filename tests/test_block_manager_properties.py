@@ -34,7 +34,7 @@ def test_random_operations_keep_the_pool_consistent(ops, num_blocks, block_size,
             stored = bm.num_positions[rid]
             if bm.can_append(rid, n):
                 copies = bm.append(rid, n)
-                for source, target in copies:
+                for _source, target in copies:
                     assert bm.ref_counts[target] == 1
                     # The copy carries the shared slots into the private block.
                     for slot in range(bm.num_filled[target]):

@@ -138,7 +138,7 @@ def test_time_horizon_reports_unfinished_requests():
 def test_wall_time_limit_ends_the_run_cleanly():
     workload = [req(i, 0.0, 10, 100000) for i in range(4)]
     policy = make_policy("continuous", num_blocks=100000, block_size=16)
-    result = simulate(workload, policy, ConstantCostModel(step_s=0.01), limits=RunLimits(max_wall_time_s=0.2))
+    result = simulate(workload, policy, ConstantCostModel(step_s=0.01), limits=RunLimits(max_wall_time_s=0.2, fast_forward=False))
     assert result.end_reason == "max_wall_time"
     assert len(result.unfinished) == 4
 
@@ -158,6 +158,9 @@ def test_a_run_that_cannot_finish_says_why():
 
         def has_work(self):
             return bool(self.waiting)
+
+        def decode_stretch_bound(self):
+            return 0
 
     policy = NeverSchedules()
     policy.bm = make_policy("continuous", num_blocks=4).bm

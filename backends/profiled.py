@@ -1,0 +1,325 @@
+"""A cost model fitted to step times measured on real hardware (`servesim profile` writes the table).
+
+The table is a CSV with `# key: value` header comments (device, dtype, torch, model geometry as
+JSON, block size) and one row per profiled step shape: the shape's descriptors and its median
+time. We fit, with non-negative least squares on relative error, the sum of physically meaningful
+parts of a step:
+
+  t = c0                                     fixed cost: launches, scheduling, host preparation
+    + g(N)                                   the GEMMs over N processed tokens: flat while the
+                                             weights' memory reads dominate, then linear once
+                                             compute bound; a convex piecewise-linear curve
+                                             (hinges at fixed knots, non-negative slopes)
+    + a * sum_prefill (q_i*c_i + q_i(q_i+1)/2)  prefill attention: query-key pairs
+    + b * sum_decode (c_i + 1)               decode attention: keys read from the KV cache
+    + s * num_seqs + l * num_selecting       per-request overhead, lm_head + sampling rows
+
+Non-negativity keeps every part physical (no negative attention cost compensating a GEMM
+overestimate), which is what lets the fit extrapolate to mixed steps and long contexts.
+Imports no torch: the simulator uses profiled tables on machines without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from backends.base import CostContext
+from simcore.errors import ConfigError
+from simcore.plan import StepPlan
+
+# Shape descriptors, in the order the CSV carries them (time_s follows).
+SHAPE_COLUMNS = (
+    "num_seqs", "num_prefill_tokens", "num_decode_tokens", "sum_context", "max_context",
+    "sum_prefill_context", "sum_prefill_causal", "sum_decode_context", "num_selecting",
+)
+REQUIRED_COLUMNS = ("kind", *SHAPE_COLUMNS, "time_s")
+# Hinge knots (processed tokens per step) of the GEMM curve; those inside the data range are used.
+KNOTS = (32, 128, 512, 2048, 8192, 32768)
+# Model geometry fields that must agree between the table and the simulated model.
+GEOMETRY = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size")
+
+
+def plan_shape(plan: StepPlan) -> dict[str, float]:
+    """A plan's shape descriptors (SHAPE_COLUMNS), the same quantities the profiler records."""
+    row = dict.fromkeys(SHAPE_COLUMNS, 0.0)
+    for s in plan.seqs:
+        c, q = s.context_len, s.num_new_tokens
+        row["num_seqs"] += 1
+        row["sum_context"] += c
+        row["max_context"] = max(row["max_context"], c)
+        if s.is_decode:
+            row["num_decode_tokens"] += 1
+            row["sum_decode_context"] += c
+        else:
+            row["num_prefill_tokens"] += q
+            row["sum_prefill_context"] += q * c
+            row["sum_prefill_causal"] += q * (q + 1) / 2
+        row["num_selecting"] += 1 if s.selects_token else 0
+    return row
+
+
+def step_kind(shape: dict[str, float]) -> str:
+    prefill, decode = shape["num_prefill_tokens"] > 0, shape["num_decode_tokens"] > 0
+    return "mixed" if prefill and decode else "prefill" if prefill else "decode" if decode else "empty"
+
+
+# --- the table file ------------------------------------------------------------------------
+
+
+@dataclass
+class ProfileTable:
+    path: Path
+    header: dict[str, str]
+    rows: list[dict[str, float]]  # shape columns + time_s (kind kept as a string)
+
+    @property
+    def model_geometry(self) -> dict | None:
+        return json.loads(self.header["model"]) if "model" in self.header else None
+
+
+def write_profile(path: str | Path, header: dict[str, str], rows: list[dict]) -> None:
+    """Write a table: header comments, then REQUIRED_COLUMNS plus any extra columns of the rows."""
+    extras = [k for k in (rows[0] if rows else {}) if k not in REQUIRED_COLUMNS]
+    out = io.StringIO()
+    for key, value in header.items():
+        out.write(f"# {key}: {value}\n")
+    writer = csv.writer(out, lineterminator="\n")
+    columns = [*REQUIRED_COLUMNS, *extras]
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_fmt(row[c]) for c in columns])
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(out.getvalue())
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else f"{value:.6g}"
+    return str(value)
+
+
+def read_profile(path: str | Path) -> ProfileTable:
+    """Parse a profile table; any defect is a ConfigError naming the file and line."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read profile table ({exc.strerror})", source=str(path)) from None
+    header: dict[str, str] = {}
+    columns: list[str] | None = None
+    rows: list[dict[str, float]] = []
+    for lineno, line in enumerate(lines, start=1):
+        where = f"line {lineno}"
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            key, sep, value = line[1:].partition(":")
+            if sep:
+                header[key.strip()] = value.strip()
+            continue
+        fields = next(csv.reader([line]))
+        if columns is None:
+            columns = [f.strip() for f in fields]
+            missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+            if missing:
+                raise ConfigError("profile table lacks columns", source=str(path), where=where,
+                                  expected=f"columns {list(REQUIRED_COLUMNS)}", found=",".join(columns))
+            continue
+        if len(fields) != len(columns):
+            raise ConfigError(f"row has {len(fields)} fields, the header {len(columns)}", source=str(path), where=where)
+        rows.append(_parse_row(dict(zip(columns, fields, strict=True)), path, where))
+    if columns is None or not rows:
+        raise ConfigError("profile table has no rows", source=str(path),
+                          expected=f"a header line {','.join(REQUIRED_COLUMNS)} and measured rows")
+    if "model" in header:
+        try:
+            json.loads(header["model"])
+        except ValueError:
+            raise ConfigError("the '# model:' header is not JSON", source=str(path), found=header["model"]) from None
+    return ProfileTable(path, header, rows)
+
+
+def _parse_row(raw: dict[str, str], path: Path, where: str) -> dict:
+    row: dict = {"kind": raw["kind"].strip()}
+    for name in (*SHAPE_COLUMNS, "time_s"):
+        text = raw[name].strip()
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"column {name}: not a number", source=str(path), where=where, found=text) from None
+        if not np.isfinite(value) or value < 0 or (name == "time_s" and value == 0):
+            raise ConfigError(f"column {name}: expected a {'positive' if name == 'time_s' else 'non-negative'} "
+                              "finite number", source=str(path), where=where, found=text)
+        row[name] = value
+    return row
+
+
+# --- the fit -------------------------------------------------------------------------------
+
+
+def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 500) -> np.ndarray:
+    """min ||a x - b|| subject to x >= 0 (Lawson & Hanson's active-set method)."""
+    m, n = a.shape
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(m, n)
+    for _ in range(max_iter):
+        w = a.T @ (b - a @ x)
+        if passive.all() or w[~passive].max(initial=-np.inf) <= tol:
+            break
+        passive[np.argmax(np.where(passive, -np.inf, w))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if z[passive].min() > 0:
+                x = z
+                break
+            # Step back to the boundary and drop the variables that hit zero.
+            blocked = passive & (z <= 0)
+            alpha = np.min(x[blocked] / (x[blocked] - z[blocked]))
+            x = x + alpha * (z - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+    return x
+
+
+def _tokens(row: dict) -> float:
+    return row["num_prefill_tokens"] + row["num_decode_tokens"]
+
+
+@dataclass
+class StepTimeFit:
+    knots: tuple[float, ...]
+    coef: np.ndarray = field(repr=False)
+
+    @staticmethod
+    def design(rows: list[dict], knots: tuple[float, ...]) -> np.ndarray:
+        cols = []
+        for r in rows:
+            n = _tokens(r)
+            cols.append([
+                1.0, n, *(max(0.0, n - k) for k in knots),
+                r["sum_prefill_context"] + r["sum_prefill_causal"],
+                r["sum_decode_context"] + r["num_decode_tokens"],
+                r["num_seqs"], r["num_selecting"],
+            ])
+        return np.asarray(cols, dtype=float)
+
+    @classmethod
+    def fit(cls, rows: list[dict]) -> StepTimeFit:
+        tokens = [_tokens(r) for r in rows]
+        knots = tuple(float(k) for k in KNOTS if min(tokens) < k < max(tokens))
+        x = cls.design(rows, knots)
+        y = np.asarray([r["time_s"] for r in rows], dtype=float)
+        # Relative error: divide each row by its time. Column scaling keeps NNLS well conditioned.
+        xw = x / y[:, None]
+        scale = np.abs(xw).max(axis=0)
+        scale[scale == 0] = 1.0
+        coef = nnls(xw / scale, np.ones(len(rows))) / scale
+        return cls(knots, coef)
+
+    def predict(self, rows: list[dict]) -> np.ndarray:
+        return self.design(rows, self.knots) @ self.coef
+
+    def terms(self) -> dict[str, float]:
+        names = ["const_s", "per_token_s", *(f"per_token_above_{int(k)}_s" for k in self.knots),
+                 "per_attention_pair_s", "per_kv_read_s", "per_seq_s", "per_selecting_s"]
+        return dict(zip(names, self.coef.tolist(), strict=True))
+
+
+def relative_errors(fit: StepTimeFit, rows: list[dict]) -> np.ndarray:
+    y = np.asarray([r["time_s"] for r in rows])
+    return (fit.predict(rows) - y) / y
+
+
+def holdout_report(rows: list[dict], every: int = 4) -> dict[str, float]:
+    """Fit on all rows but every `every`-th, report |relative error| on those held out."""
+    test = rows[::every]
+    train = [r for i, r in enumerate(rows) if i % every]
+    if len(train) < 3 or not test:
+        return {"num_train": len(train), "num_test": len(test)}
+    err = np.abs(relative_errors(StepTimeFit.fit(train), test))
+    return {"num_train": len(train), "num_test": len(test), "median_abs_rel_error": float(np.median(err)),
+            "p90_abs_rel_error": float(np.quantile(err, 0.9)), "max_abs_rel_error": float(err.max())}
+
+
+# --- the cost model ------------------------------------------------------------------------
+
+
+@dataclass
+class ProfiledCostModel:
+    fit: StepTimeFit
+    # Host<->device link for swaps (0 ignores transfers), seconds per copy batch.
+    link_bytes_per_s: float = 0.0
+    transfer_latency_s: float = 0.0
+    table: ProfileTable | None = None
+
+    @classmethod
+    def from_table(cls, table: ProfileTable, **link) -> ProfiledCostModel:
+        return cls(StepTimeFit.fit(table.rows), table=table, **link)
+
+    def step_time(self, plan: StepPlan) -> float:
+        compute = 0.0
+        if plan.seqs:
+            compute = max(float(self.fit.predict([plan_shape(plan)])[0]), 0.0)
+        return compute + self.transfer_time(plan)
+
+    def transfer_time(self, plan: StepPlan) -> float:
+        moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)
+        if moved == 0 or self.link_bytes_per_s <= 0:
+            return 0.0
+        return self.transfer_latency_s + moved * plan.block_bytes / self.link_bytes_per_s
+
+
+@dataclass
+class ProfiledParams:
+    table: str = ""
+    # A named host link from simcore.presets (e.g. h200-host-pinned), or explicit numbers.
+    link: str | None = None
+    link_bytes_per_s: float = 0.0
+    transfer_latency_s: float = 0.0
+    # Refuse a table measured on a model of a different geometry.
+    check_model: bool = True
+
+
+def make_profiled(params: dict, ctx: CostContext) -> ProfiledCostModel:
+    from experiments.validate import build_model_from_params
+
+    source = str(ctx.source) if ctx.source else None
+    p = build_model_from_params(ProfiledParams, dict(params or {}), where="cost_model", source=source)
+    if not p.table:
+        raise ConfigError("the profiled cost model needs a table (a CSV from `servesim profile`)",
+                          source=source, where="cost_model.table")
+    path = Path(p.table).expanduser()
+    if not path.is_absolute() and ctx.source is not None:
+        path = Path(ctx.source).parent / path
+    table = read_profile(path)
+    if p.check_model:
+        _check_geometry(table, ctx, source)
+    link_bytes, latency = p.link_bytes_per_s, p.transfer_latency_s
+    if p.link is not None:
+        from simcore.presets import get_link
+
+        spec = get_link(p.link, source=source)
+        link_bytes, latency = spec.bytes_per_s, spec.latency_s
+    return ProfiledCostModel.from_table(table, link_bytes_per_s=link_bytes, transfer_latency_s=latency)
+
+
+def _check_geometry(table: ProfileTable, ctx: CostContext, source: str | None) -> None:
+    geometry = table.model_geometry
+    if not geometry:
+        return
+    wrong = [f"{k}: table {geometry[k]}, model {getattr(ctx.model, k)}" for k in GEOMETRY
+             if k in geometry and geometry[k] != getattr(ctx.model, k)]
+    if wrong:
+        raise ConfigError(
+            f"profile table {table.path} was measured on model {geometry.get('name')!r}, whose geometry differs "
+            f"from {ctx.model.name!r} ({'; '.join(wrong)}); profile this model or set check_model: false",
+            source=source, where="cost_model.table",
+        )

@@ -1,0 +1,85 @@
+"""The fast path (decode stretches taken at once) changes nothing: identical results to stepping."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+from backends.constant import ConstantCostModel
+from experiments.runner import fresh_copy
+from policies.registry import make_policy
+from simcore.engine import RunLimits, simulate
+from simcore.metrics import request_frame
+from tests.helpers import req
+
+POLICIES = (
+    ("static", {"max_batch_size": 5}),
+    ("static", {"max_batch_size": 5, "padded": True}),
+    ("continuous", {}),
+    ("continuous", {"mixed": True}),
+    ("continuous", {"admission": "reserve"}),
+    ("continuous", {"admission": "watermark", "watermark": 0.1}),
+    ("chunked_prefill", {"chunk_size": 16}),
+    ("chunked_prefill", {"chunk_size": 16, "order": "alternate"}),
+    ("continuous", {"preemption": "swap"}),
+    ("chunked_prefill", {"chunk_size": 16, "preemption": "swap"}),
+)
+
+
+def workload(seed: int, *, content: bool, sessions: bool = False):
+    rng = random.Random(seed)
+    prefixes = [tuple(rng.randrange(100) for _ in range(rng.randint(8, 40))) for _ in range(3)]
+    requests = []
+    t = 0.0
+    for i in range(60):
+        t += rng.expovariate(20.0)
+        prompt = rng.choice(prefixes) + tuple(rng.randrange(100) for _ in range(rng.randint(1, 30)))
+        kw = {"prompt_token_ids": prompt} if content else {}
+        if sessions and i % 4 and i > 0:
+            kw.update(parent_id=i - 1, think_time_s=rng.uniform(0.01, 0.2))
+        requests.append(req(i, t, len(prompt), rng.randint(1, 60), **kw))
+    return requests
+
+
+def run_both(requests, name, opts, *, cost, caching: bool, horizon=None):
+    frames = []
+    for fast in (False, True):
+        policy = make_policy(name, num_blocks=64, block_size=4, prefix_caching=caching, num_host_blocks=400,
+                             max_num_seqs=12, max_num_batched_tokens=96, **opts)
+        result = simulate([fresh_copy(r) for r in requests], policy, cost,
+                          limits=RunLimits(fast_forward=fast, max_sim_time_s=horizon))
+        frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
+    return frames
+
+
+@pytest.mark.parametrize("name,opts", POLICIES)
+@pytest.mark.parametrize("caching", [False, True])
+def test_fast_path_matches_step_by_step(name, opts, caching):
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    requests = workload(7, content=caching, sessions=True)
+    (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = run_both(
+        requests, name, opts, cost=cost, caching=caching)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps)
+    slow_outputs = {r.request_id: r.output_times for r in slow.requests}
+    fast_outputs = {r.request_id: r.output_times for r in fast.requests}
+    assert slow_outputs == fast_outputs
+    assert slow.sim_time_s == fast.sim_time_s
+
+
+@pytest.mark.parametrize("name,opts", POLICIES[:4])
+def test_fast_path_matches_with_constant_costs_ties_and_a_horizon(name, opts):
+    # Constant step times and arrivals on the same grid make ties between arrivals and step ends.
+    requests = [req(i, 0.01 * (i // 2), 5 + i % 7, 3 + (i * 7) % 30) for i in range(40)]
+    cost = ConstantCostModel(step_s=0.01)
+    (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = run_both(
+        requests, name, opts, cost=cost, caching=False, horizon=0.6)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps)
+    assert slow.end_reason == fast.end_reason

@@ -1,0 +1,154 @@
+"""Hugging Face config.json -> ModelSpec, and clear errors for bad files."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from simcore.errors import ConfigError
+from simcore.hf_config import load_hf_config, model_from_hf_dict
+from simcore.presets import get_model
+
+
+def _as_config_json(name: str) -> dict:
+    """A preset written back out with config.json's key names (transformers 4.x spelling)."""
+    m = get_model(name)
+    arch = {"qwen2.5-7b": "Qwen2ForCausalLM", "mistral-7b": "MistralForCausalLM"}.get(name, "LlamaForCausalLM")
+    raw = {
+        "architectures": [arch], "num_hidden_layers": m.num_layers, "hidden_size": m.hidden_size,
+        "num_attention_heads": m.num_q_heads, "num_key_value_heads": m.num_kv_heads,
+        "intermediate_size": m.intermediate_size, "vocab_size": m.vocab_size,
+        "tie_word_embeddings": m.tie_word_embeddings, "rope_theta": m.rope_theta, "rope_scaling": m.rope_scaling,
+        "max_position_embeddings": m.max_position_embeddings, "rms_norm_eps": m.rms_norm_eps,
+        "hidden_act": "silu", "torch_dtype": "bfloat16",
+    }
+    if m.head_dim != m.hidden_size // m.num_q_heads:
+        raw["head_dim"] = m.head_dim
+    if arch == "LlamaForCausalLM":
+        raw["attention_bias"] = m.attention_bias
+    return raw
+
+
+def _write(tmp_path, raw, name="config.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(raw, indent=2) if not isinstance(raw, str) else raw)
+    return path
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "llama-3.2-1b", "llama-2-7b", "mistral-7b", "qwen2.5-7b",
+                                  "llama-3.1-70b", "tiny-llama"])
+def test_presets_round_trip_through_config_json(tmp_path, name):
+    parsed = load_hf_config(_write(tmp_path, _as_config_json(name)))
+    assert dataclasses.replace(parsed, name=name) == get_model(name)
+    assert parsed.rope_scaling == get_model(name).rope_scaling
+
+
+def test_defaults_follow_transformers(tmp_path):
+    raw = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 128, "vocab_size": 256, "head_dim": None, "num_key_value_heads": None}
+    m = model_from_hf_dict(raw)
+    assert m.num_kv_heads == 4  # absent (or null) H_KV means multi-head attention
+    assert m.head_dim == 16  # hidden / heads
+    assert (m.rope_theta, m.rope_scaling, m.tie_word_embeddings, m.attention_bias) == (10000.0, None, False, False)
+    assert m.max_position_embeddings == 2048 and m.rms_norm_eps == 1e-6
+
+
+def test_qwen2_has_a_qkv_bias_even_when_config_json_is_silent():
+    raw = _as_config_json("qwen2.5-7b")
+    assert "attention_bias" not in raw
+    assert model_from_hf_dict(raw).attention_bias
+    assert model_from_hf_dict({**raw, "architectures": None, "model_type": "qwen2"}).attention_bias
+
+
+def test_transformers_5_rope_parameters_spelling():
+    raw = _as_config_json("llama-3.1-8b")
+    scaling = raw.pop("rope_scaling")
+    raw.pop("rope_theta")
+    raw["rope_parameters"] = {**scaling, "rope_theta": 500000.0}
+    m = model_from_hf_dict(raw)
+    assert m.rope_theta == 500000.0 and m.rope_scaling == scaling
+    plain = model_from_hf_dict({**raw, "rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}})
+    assert plain.rope_theta == 1e6 and plain.rope_scaling is None
+
+
+def test_config_written_by_installed_transformers(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        num_hidden_layers=3, hidden_size=96, num_attention_heads=6, num_key_value_heads=2, intermediate_size=256,
+        vocab_size=1000, max_position_embeddings=16384, rope_theta=500000.0,
+        rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    )
+    config.save_pretrained(tmp_path / "saved")
+    m = load_hf_config(tmp_path / "saved")
+    assert (m.num_layers, m.hidden_size, m.num_q_heads, m.num_kv_heads, m.head_dim) == (3, 96, 6, 2, 16)
+    assert m.rope_theta == 500000.0 and m.rope_scaling["rope_type"] == "llama3"
+    assert m.name == "saved"
+
+
+def test_invalid_json_names_file_and_line(tmp_path):
+    path = _write(tmp_path, '{\n  "hidden_size": 64,\n  "vocab_size": ,\n}')
+    with pytest.raises(ConfigError) as err:
+        load_hf_config(path)
+    assert str(path) in str(err.value) and "line 3" in str(err.value)
+
+
+def test_top_level_must_be_an_object(tmp_path):
+    with pytest.raises(ConfigError, match="JSON object"):
+        load_hf_config(_write(tmp_path, "[1, 2]"))
+
+
+def test_missing_key_names_file_and_key(tmp_path):
+    raw = _as_config_json("tiny-llama")
+    del raw["intermediate_size"]
+    path = _write(tmp_path, raw)
+    with pytest.raises(ConfigError) as err:
+        load_hf_config(path)
+    assert str(path) in str(err.value) and "intermediate_size" in str(err.value) and "missing" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("num_hidden_layers", "32"), ("num_hidden_layers", True), ("hidden_size", 64.0), ("vocab_size", -1),
+     ("rope_theta", "big"), ("rope_scaling", [1, 2]), ("tie_word_embeddings", "no"), ("rms_norm_eps", 0),
+     ("architectures", "LlamaForCausalLM")],
+)
+def test_ill_typed_values_name_the_key(tmp_path, key, value):
+    path = _write(tmp_path, {**_as_config_json("tiny-llama"), key: value})
+    with pytest.raises(ConfigError) as err:
+        load_hf_config(path)
+    assert str(path) in str(err.value) and key in str(err.value)
+
+
+def test_heads_must_divide_into_kv_groups(tmp_path):
+    path = _write(tmp_path, {**_as_config_json("tiny-llama"), "num_attention_heads": 6, "num_key_value_heads": 4})
+    with pytest.raises(ConfigError, match="not divisible by num_key_value_heads"):
+        load_hf_config(path)
+
+
+def test_hidden_must_split_over_heads_without_head_dim():
+    raw = {**_as_config_json("tiny-llama"), "hidden_size": 66}
+    with pytest.raises(ConfigError, match="head_dim"):
+        model_from_hf_dict(raw)
+    assert model_from_hf_dict({**raw, "head_dim": 16}).head_dim == 16
+
+
+def test_unsupported_architecture_suggests_a_spelling():
+    raw = {**_as_config_json("tiny-llama"), "architectures": ["LlamaForCausalLm"]}
+    with pytest.raises(ConfigError, match="did you mean 'LlamaForCausalLM'"):
+        model_from_hf_dict(raw)
+    with pytest.raises(ConfigError, match="unsupported model_type"):
+        model_from_hf_dict({**raw, "architectures": None, "model_type": "gpt2"})
+
+
+@pytest.mark.parametrize(("key", "value"), [("hidden_act", "gelu"), ("mlp_bias", True)])
+def test_layers_modelspec_cannot_describe_are_rejected(key, value):
+    with pytest.raises(ConfigError, match=key):
+        model_from_hf_dict({**_as_config_json("tiny-llama"), key: value})
+
+
+def test_folder_without_config_json(tmp_path):
+    with pytest.raises(ConfigError, match="no such model config file"):
+        load_hf_config(tmp_path)

@@ -1,0 +1,33 @@
+"""Where a trace path points: `builtin:<name>` for traces shipped in workloads/data, else a path
+relative to the experiment file's folder (or absolute)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simcore.errors import ConfigError
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+BUILTIN_TRACES = {
+    # First 10,000 requests of the Azure 2023 conversation trace (see workloads/data/README.md).
+    "azure_conv_2023": DATA_DIR / "azure_conv_2023_lengths.csv",
+}
+
+
+def resolve_trace_path(path: str, *, base_dir: Path, source: str | None = None) -> Path:
+    """The file `path` names; a missing file is an error naming the option and what was tried."""
+    if path.startswith("builtin:"):
+        name = path.removeprefix("builtin:")
+        if name not in BUILTIN_TRACES:
+            raise ConfigError(
+                "unknown builtin trace", source=source, where="workload.trace.path",
+                expected=f"one of {['builtin:' + k for k in BUILTIN_TRACES]}", found=name, choices=list(BUILTIN_TRACES),
+            )
+        return BUILTIN_TRACES[name]
+    resolved = (Path(base_dir) / Path(path).expanduser()).resolve()
+    if not resolved.is_file():
+        raise ConfigError(
+            "trace file not found", source=source, where="workload.trace.path",
+            expected=f"a file (relative paths start at {base_dir})", found=str(resolved),
+        )
+    return resolved

@@ -1,0 +1,227 @@
+"""Our own trace layout in CSV, JSONL or Parquet: `arrival_s, prompt_len, output_len` + optionals.
+
+Columns may be renamed with `columns: {our_name: file_name}`. Optional per-request content:
+`prompt_token_ids` (list of ints; prompt_len defaults to its length), `segments` (list of
+[content_key, num_tokens]; prompt_len defaults to their sum), or `prefix_key` + `prefix_len` (a
+shared prefix followed by a tail unique to the row). In CSV the list-valued cells are JSON text.
+Also `session_id`, `turn`, `cache_salt`, `adapter_id`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simcore.errors import ConfigError
+from simcore.request import Segment
+from workloads.spec import GENERIC_COLUMNS
+from workloads.traces.common import (
+    TraceData,
+    finish,
+    number_turns,
+    numbers,
+    read_csv,
+    read_jsonl,
+    require_columns,
+    text_or_none,
+    token_counts,
+    where,
+)
+
+SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def read_generic(
+    path: Path,
+    *,
+    fmt: str,
+    columns: dict[str, str] | None = None,
+    time_unit: str = "s",
+    keep_absolute: bool = False,
+) -> TraceData:
+    """A csv/jsonl/parquet trace in our column names (or renamed ones), normalised."""
+    frame, unit = _load(path, fmt)
+    names = {ours: (columns or {}).get(ours, ours) for ours in GENERIC_COLUMNS}
+    header = [c for c in frame.columns if c != "row"]
+    has_content = names["prompt_token_ids"] in header or names["segments"] in header
+    needed = [names["arrival_s"]] + ([] if has_content else [names["prompt_len"]]) + [names["output_len"]]
+    require_columns(header, needed, source=path, hint=" (rename columns with trace.columns)")
+
+    out = pd.DataFrame({"row": frame["row"].to_numpy()})
+    arrival = numbers(frame, names["arrival_s"], source=path, unit=unit)
+    out["arrival_s"] = arrival * SECONDS_PER_UNIT[time_unit]
+    out["output_len"] = token_counts(frame, names["output_len"], source=path, unit=unit)
+    if has_content or names["prefix_key"] in header:
+        _content_columns(frame, out, names, header, source=path, unit=unit)
+    else:
+        out["prompt_len"] = token_counts(frame, names["prompt_len"], source=path, unit=unit)
+    for ours in ("session_id", "cache_salt", "adapter_id"):
+        if names[ours] in header:
+            out[ours] = text_or_none(frame[names[ours]])
+    if names["turn"] in header:
+        out["turn"] = token_counts(frame, names["turn"], source=path, unit=unit, minimum=0)
+    return TraceData(number_turns(finish(out, keep_absolute=keep_absolute)))
+
+
+def _load(path: Path, fmt: str) -> tuple[pd.DataFrame, str]:
+    if fmt == "csv":
+        return read_csv(path), "row"
+    if fmt == "parquet":
+        return _read_parquet(path), "row"
+    records, lines = read_jsonl(path)
+    frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
+    frame["row"] = np.asarray(lines, dtype=np.int64)
+    return frame, "line"
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        frame = pd.read_parquet(path)
+    except FileNotFoundError:
+        raise ConfigError("cannot open trace (no such file)", source=str(path)) from None
+    except Exception as exc:  # pyarrow raises several unrelated types for a damaged file
+        raise ConfigError(f"not a readable Parquet file ({exc})", source=str(path)) from None
+    frame = frame.reset_index(drop=True)
+    frame["row"] = np.arange(1, len(frame) + 1)
+    return frame
+
+
+def _content_columns(
+    frame: pd.DataFrame, out: pd.DataFrame, names: dict[str, str], header: list[str], *, source: Path, unit: str
+) -> None:
+    """prompt_len, prompt_token_ids and segments, each row's values checked against each other."""
+    rows = frame["row"].tolist()
+    num = len(frame)
+    ids = _per_row(frame, names["prompt_token_ids"], header, rows, source, unit, _token_ids)
+    segs = _per_row(frame, names["segments"], header, rows, source, unit, _segments)
+    if names["prompt_len"] in header:
+        given = frame[names["prompt_len"]].copy()
+    else:
+        given = pd.Series([np.nan] * num, dtype=object)
+    label = names["prompt_len"]
+    for i in range(num):
+        derived = []
+        if ids[i] is not None:
+            derived.append(len(ids[i]))
+        if segs[i] is not None:
+            derived.append(sum(n for _, n in segs[i]))
+        if not derived:
+            continue
+        value = given.iat[i]
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            given.iat[i] = derived[0]
+            value = derived[0]
+        if any(d != _as_number(value) for d in derived):
+            raise ConfigError(
+                "prompt_len disagrees with the prompt content", source=str(source), where=where(unit, rows[i], label),
+                expected=f"{derived[0]} (the token ids' count / the segments' sum)", found=value,
+            )
+    lens_frame = pd.DataFrame({"p": given.to_numpy(), "row": rows})
+    prompt_lens = token_counts(lens_frame, "p", source=source, unit=unit, label=label)
+    if names["prefix_key"] in header:
+        segs = _prefix_segments(frame, names, header, segs, prompt_lens, rows, source, unit)
+    out["prompt_len"] = prompt_lens
+    if names["prompt_token_ids"] in header:
+        out["prompt_token_ids"] = ids
+    if any(s is not None for s in segs):
+        out["segments"] = segs
+
+
+def _prefix_segments(frame, names, header, segs, prompt_lens, rows, source, unit) -> list:
+    if names["prefix_len"] not in header:
+        raise ConfigError(
+            f"column {names['prefix_key']!r} needs a {names['prefix_len']!r} column", source=str(source),
+            where="header",
+        )
+    keys = text_or_none(frame[names["prefix_key"]])
+    lens = frame[names["prefix_len"]]
+    result = list(segs)
+    for i, key in enumerate(keys):
+        if key is None or segs[i] is not None:
+            continue
+        n = _as_number(lens.iat[i])
+        if not isinstance(n, (int, float)) or n != int(n) or not 1 <= n <= prompt_lens[i]:
+            raise ConfigError(
+                "bad prefix length", source=str(source), where=where(unit, rows[i], names["prefix_len"]),
+                expected=f"a whole number from 1 to prompt_len ({prompt_lens[i]})", found=lens.iat[i],
+            )
+        tail = int(prompt_lens[i]) - int(n)
+        result[i] = ((key, int(n)), (f"row:{rows[i]}", tail)) if tail else ((key, int(n)),)
+    return result
+
+
+def _per_row(frame, column, header, rows, source, unit, parse) -> list:
+    if column not in header:
+        return [None] * len(frame)
+    parsed = []
+    for value, row in zip(frame[column].tolist(), rows, strict=True):
+        try:
+            parsed.append(parse(value))
+        except ValueError as exc:
+            raise ConfigError(
+                str(exc), source=str(source), where=where(unit, row, column), found=_short(value)
+            ) from None
+    return parsed
+
+
+def _token_ids(value: Any) -> tuple[int, ...] | None:
+    value = _decoded(value)
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(_is_count(x, 0) for x in value):
+        raise ValueError("prompt_token_ids must be a list of non-negative integers")
+    if not value:
+        raise ValueError("prompt_token_ids is empty")
+    return tuple(int(x) for x in value)
+
+
+def _segments(value: Any) -> tuple[Segment, ...] | None:
+    value = _decoded(value)
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError("segments must be a non-empty list of [content_key, num_tokens] pairs")
+    result = []
+    for item in value:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and _is_count(item[1], 1)):
+            raise ValueError("each segment must be [content_key, num_tokens >= 1]")
+        result.append((str(item[0]), int(item[1])))
+    return tuple(result)
+
+
+def _decoded(value: Any) -> Any:
+    """Lists arrive as lists (JSONL), numpy arrays (Parquet) or JSON text (CSV); NaN means absent."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, np.ndarray):
+        return [v.tolist() if isinstance(v, np.ndarray) else v for v in value.tolist()]
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError("not valid JSON") from None
+    return value
+
+
+def _is_count(value: Any, minimum: int) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return value >= minimum
+    return isinstance(value, float) and value.is_integer() and value >= minimum
+
+
+def _as_number(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
