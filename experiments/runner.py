@@ -43,7 +43,7 @@ class ExperimentRun:
 
 def fresh_copy(request: Request) -> Request:
     """An untouched copy of a workload request, so every policy sees the identical workload."""
-    return dataclasses.replace(request, output_times=[])
+    return dataclasses.replace(request)
 
 
 def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
@@ -96,7 +96,8 @@ def run_experiment(
         )
         started = time.perf_counter()
         result = simulate([fresh_copy(r) for r in template], policy, cost_model, limits=limits)
-        summary = summarize(result.requests, slo_ms=exp.metrics.slo.as_dict() or None, extra=_policy_extra(policy, result))
+        summary = summarize(result.requests, itl=policy.itl, slo_ms=exp.metrics.slo.as_dict() or None,
+                            extra=_policy_extra(policy, result))
         summary = {"label": label, "policy": policy_cfg.name, **summary}
         run.runs.append(PolicyRun(label, result, summary))
         if echo is not None:

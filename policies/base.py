@@ -16,6 +16,7 @@ from typing import Literal
 from policies.budget import StepBudget
 from policies.host_pool import HostPool
 from simcore.block_manager import BlockManager, PrefixHit
+from simcore.itl import ItlLog
 from simcore.plan import ScheduledSeq, StepPlan
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
@@ -70,6 +71,7 @@ class BasePolicy:
         self.rejected: list[Request] = []
         self.by_id: dict[int, Request] = {}
         self.num_steps = 0
+        self.itl = ItlLog()
         self.num_resident_tokens = 0
         self.num_preemptions = {"recompute": 0, "swap": 0}
         self.num_blocks_swapped_out = 0
@@ -130,7 +132,12 @@ class BasePolicy:
                 request.num_outputs += 1
                 if request.prefill_done_s is None:
                     request.prefill_done_s = now
-                request.output_times.append(now + self.options.delivery_s)
+                delivered = now + self.options.delivery_s
+                if request.last_token_s is None:
+                    request.first_token_s = delivered
+                else:
+                    self.itl.add(delivered - request.last_token_s)
+                request.last_token_s = delivered
                 if request.is_finished:
                     done.append(request)
         for request in done:
@@ -455,15 +462,20 @@ class BasePolicy:
         times = [end + delivery for end in step_ends] if delivery else list(step_ends)
         caching = self.bm.enable_prefix_caching
         done: list[Request] = []
+        first, last = times[0], times[-1]
+        itl = self.itl
         for request in running:
             before = request.num_processed
             request.num_processed = before + num_steps
             request.num_outputs += num_steps
-            request.output_times.extend(times)
+            itl.add(first - request.last_token_s)
+            request.last_token_s = last
             if caching:
                 self._register_full_blocks(request, before)
             if request.num_outputs >= request.num_target_outputs:
                 done.append(request)
+        for j in range(1, num_steps):
+            itl.add(times[j] - times[j - 1], len(running))
         self.num_resident_tokens += num_steps * len(running)
         self.num_steps += num_steps
         self._after_decode_steps()

@@ -18,6 +18,7 @@ import simpy
 
 from backends.base import CostModel, step_extras
 from simcore.errors import ServesimError
+from simcore.itl import ItlLog
 from simcore.request import Request, Status
 from simcore.steplog import StepLog
 
@@ -46,6 +47,7 @@ class RunResult:
     sim_time_s: float
     wall_time_s: float
     num_events: int = 0
+    itl: ItlLog = field(default_factory=ItlLog)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -254,6 +256,7 @@ def simulate(
         sim_time_s=env.now,
         wall_time_s=time.perf_counter() - wall_start,
         num_events=state["events"],
+        itl=policy.itl if hasattr(policy, "itl") else ItlLog(),
     )
 
 

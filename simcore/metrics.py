@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from simcore.itl import ItlLog, weighted_stats
 from simcore.request import Request
 
 PERCENTILES = (50, 90, 95, 99)
@@ -52,8 +53,8 @@ def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
     rows = []
     nan = math.nan
     for r in requests:
-        first = r.output_times[0] if r.output_times else nan
-        last = r.output_times[-1] if r.output_times else nan
+        first = r.first_token_s if r.first_token_s is not None else nan
+        last = r.last_token_s if r.last_token_s is not None else nan
         scheduled = r.first_scheduled_s if r.first_scheduled_s is not None else nan
         prefill_done = r.prefill_done_s if r.prefill_done_s is not None else nan
         rows.append((
@@ -70,15 +71,17 @@ def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
     return frame
 
 
-def itl_values(requests: Sequence[Request]) -> np.ndarray:
-    """Every gap between consecutive output events of every finished request, in seconds."""
-    gaps = [np.diff(np.asarray(r.output_times)) for r in requests if len(r.output_times) > 1]
-    return np.concatenate(gaps) if gaps else np.zeros(0)
-
-
-def _stats(prefix: str, values_s: np.ndarray, out: dict) -> None:
+def _stats(prefix: str, values_s: np.ndarray, out: dict, weights: np.ndarray | None = None) -> None:
     ms = np.asarray(values_s, dtype=float) * 1000.0
-    ms = ms[~np.isnan(ms)]
+    keep = ~np.isnan(ms)
+    ms = ms[keep]
+    if weights is not None:
+        weights = weights[keep]
+        if ms.size:
+            stats = weighted_stats(ms, weights, PERCENTILES)
+            for key, value in stats.items():
+                out[f"{key}_{prefix}_ms"] = value
+            return
     if ms.size == 0:
         out[f"mean_{prefix}_ms"] = None
         out[f"median_{prefix}_ms"] = None
@@ -96,13 +99,13 @@ def _stats(prefix: str, values_s: np.ndarray, out: dict) -> None:
 def summarize(
     requests: Sequence[Request],
     *,
+    itl: ItlLog | None = None,
     slo_ms: dict[str, float] | None = None,
     extra: dict | None = None,
 ) -> dict:
     """Summary in vLLM `bench serve` names (plus p90/p95), over finished requests."""
     frame = request_frame(requests)
     done = frame[frame["status"] == "finished"]
-    finished = [r for r in requests if r.status.value == "finished"]
     out: dict = {}
     if len(done):
         start = float(frame["arrival_s"].min())
@@ -124,7 +127,11 @@ def summarize(
     out["total_token_throughput"] = (num_in + num_out) / duration if duration > 0 else None
     _stats("ttft", done["ttft_s"].to_numpy(), out)
     _stats("tpot", done["tpot_s"].to_numpy(), out)
-    _stats("itl", itl_values(finished), out)
+    if itl is not None:
+        values, weights = itl.arrays()
+        _stats("itl", values, out, weights)
+    else:
+        _stats("itl", np.zeros(0), out)
     _stats("e2el", done["e2el_s"].to_numpy(), out)
     for part in ("queue", "prefill", "delivery"):
         values = done[f"{part}_s"].to_numpy(dtype=float) * 1000.0

@@ -10,7 +10,7 @@ with prompt_len + N - 1 processed (cached) positions: the last selected token is
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # One piece of prompt content: (content key, number of tokens). Equal keys mean equal tokens,
 # so prefix identity can be computed per block without materialising token ids (seed 21.4).
@@ -62,7 +62,9 @@ class Request:
     # --- timestamps (simulated seconds) ---
     first_scheduled_s: float | None = None
     prefill_done_s: float | None = None
-    output_times: list[float] = field(default_factory=list)
+    # First and last output times (delivered); gaps between outputs go to the run's ItlLog.
+    first_token_s: float | None = None
+    last_token_s: float | None = None
     finish_s: float | None = None
 
     # --- counters for metrics ---

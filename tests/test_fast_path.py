@@ -67,10 +67,12 @@ def test_fast_path_matches_step_by_step(name, opts, caching):
         requests, name, opts, cost=cost, caching=caching)
     pd.testing.assert_frame_equal(slow_requests, fast_requests)
     pd.testing.assert_frame_equal(slow_steps, fast_steps)
-    slow_outputs = {r.request_id: r.output_times for r in slow.requests}
-    fast_outputs = {r.request_id: r.output_times for r in fast.requests}
-    assert slow_outputs == fast_outputs
+    assert _expanded(slow.itl) == _expanded(fast.itl)  # the same inter-token gaps
     assert slow.sim_time_s == fast.sim_time_s
+
+
+def _expanded(itl):
+    return sorted(v for v, w in zip(itl.values, itl.weights) for _ in range(w))
 
 
 @pytest.mark.parametrize("name,opts", POLICIES[:4])
@@ -83,3 +85,17 @@ def test_fast_path_matches_with_constant_costs_ties_and_a_horizon(name, opts):
     pd.testing.assert_frame_equal(slow_requests, fast_requests)
     pd.testing.assert_frame_equal(slow_steps, fast_steps)
     assert slow.end_reason == fast.end_reason
+
+
+def test_weighted_percentiles_equal_the_expanded_list():
+    import numpy as np
+
+    from simcore.itl import weighted_percentile
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        values = rng.random(rng.integers(1, 20)).round(2)
+        weights = rng.integers(1, 5, size=values.size)
+        expanded = np.repeat(values, weights)
+        for q in (0, 1, 50, 90, 95, 99, 100):
+            assert weighted_percentile(values, weights, q) == pytest.approx(np.percentile(expanded, q), abs=1e-12)

@@ -101,14 +101,15 @@ def test_21_2_tpot_180_100_5_tokens():
     assert tpot(0.100, 0.180, 5) == pytest.approx(0.020, abs=1e-15)
     assert (180 - 100) / (5 - 1) == 20
     # Through the simulator: 100 ms prefill, then four 20 ms decode steps.
-    _, result = run([req(0, 0.0, prompt_len=5, output_len=5)], "continuous",
-                    cost=ConstantCostModel(step_s=0.0, per_token_s=0.020))
+    policy, result = run([req(0, 0.0, prompt_len=5, output_len=5)], "continuous",
+                         cost=ConstantCostModel(step_s=0.0, per_token_s=0.020))
     row = request_frame(result.requests).iloc[0]
     assert row["ttft_s"] * 1000 == pytest.approx(100)
     assert row["e2el_s"] * 1000 == pytest.approx(180)
     assert row["tpot_s"] * 1000 == pytest.approx(20)
-    summary = summarize(result.requests)
+    summary = summarize(result.requests, itl=policy.itl)
     assert summary["mean_itl_ms"] == pytest.approx(20)
+    assert policy.itl.num_samples == 4  # four gaps between five outputs
 
 
 def test_tpot_undefined_for_one_token():

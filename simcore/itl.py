@@ -1,0 +1,51 @@
+"""Inter-token latencies as weighted samples, so memory grows with steps, not with tokens.
+
+Within a run of decode-only steps every running request's gap equals the step's duration, so
+one (gap, count) pair stands for the whole batch. Percentiles are those of the expanded list
+(numpy's linear interpolation), so the representation never changes a reported figure.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class ItlLog:
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.weights: list[int] = []
+
+    def add(self, gap_s: float, count: int = 1) -> None:
+        self.values.append(gap_s)
+        self.weights.append(count)
+
+    @property
+    def num_samples(self) -> int:
+        return int(sum(self.weights))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.values, dtype=float), np.asarray(self.weights, dtype=np.int64)
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """np.percentile(np.repeat(values, weights), q) without materialising the repeat."""
+    order = np.argsort(values, kind="stable")
+    v, w = values[order], weights[order]
+    total = int(w.sum())
+    position = q / 100.0 * (total - 1)
+    below = int(np.floor(position))
+    frac = position - below
+    ends = np.cumsum(w)  # index of the last copy of v[i] is ends[i] - 1
+    lo = v[np.searchsorted(ends, below, side="right")]
+    hi = v[np.searchsorted(ends, min(below + 1, total - 1), side="right")]
+    return float(lo + (hi - lo) * frac)
+
+
+def weighted_stats(values: np.ndarray, weights: np.ndarray, percentiles: tuple[int, ...]) -> dict[str, float]:
+    total = weights.sum()
+    mean = float((values * weights).sum() / total)
+    var = float((weights * (values - mean) ** 2).sum() / total)
+    out = {"mean": mean, "median": weighted_percentile(values, weights, 50), "std": var**0.5}
+    for p in percentiles:
+        out[f"p{p}"] = weighted_percentile(values, weights, p)
+    return out
