@@ -48,6 +48,8 @@ class _PolicyCommon(Strict):
     watermark: float = Field(0.01, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
     max_model_len: int | None = Field(None, ge=1)
+    # Per-policy switch for the prefix cache; unset means kv_cache.prefix_caching.
+    prefix_caching: bool | None = None
 
 
 class StaticPolicyConfig(_PolicyCommon):
@@ -67,11 +69,23 @@ class ChunkedPrefillPolicyConfig(_PolicyCommon):
     order: Literal["stall_free", "alternate"] = "stall_free"
 
 
+class OffloadPolicyConfig(_PolicyCommon):
+    name: Literal["offload"]
+    # The batching policy underneath: its options (chunk_size/order or mixed) apply.
+    base: Literal["continuous", "chunked_prefill"] = "chunked_prefill"
+    chunk_size: int = Field(512, ge=1)
+    order: Literal["stall_free", "alternate"] = "stall_free"
+    mixed: bool = False
+    preemption: Literal["swap"] = "swap"
+    # With prefix caching on, evicted cached blocks are copied to the host and reloaded on a hit.
+    spill_prefix: bool = True
+
+
 PolicyConfig = Annotated[
-    StaticPolicyConfig | ContinuousPolicyConfig | ChunkedPrefillPolicyConfig,
+    StaticPolicyConfig | ContinuousPolicyConfig | ChunkedPrefillPolicyConfig | OffloadPolicyConfig,
     Field(discriminator="name"),
 ]
-POLICY_NAMES = ("static", "continuous", "chunked_prefill")
+POLICY_NAMES = ("static", "continuous", "chunked_prefill", "offload")
 
 
 class CostModelConfig(BaseModel):

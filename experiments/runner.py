@@ -18,6 +18,7 @@ from experiments.io import atomic_write_text, write_json, write_table
 from policies.registry import make_policy
 from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
+from simcore.errors import ConfigError
 from simcore.engine import RunLimits, RunResult, simulate
 from simcore.metrics import request_frame, summarize
 from simcore.model import DTYPE_BYTES, GIB
@@ -86,11 +87,12 @@ def run_experiment(
     limits = RunLimits(exp.limits.max_sim_time_s, exp.limits.max_wall_time_s, exp.limits.check_invariants)
     for label, policy_cfg in zip(labels, exp.policies):
         cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
-        options = policy_cfg.model_dump(exclude={"label", "name"})
+        options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
+        caching = exp.kv_cache.prefix_caching if policy_cfg.prefix_caching is None else policy_cfg.prefix_caching
         hasher = PrefixHasher(exp.kv_cache.block_size, config_key=(exp.model, exp.kv_cache.dtype))
-        policy = make_policy(
-            policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
-            prefix_caching=exp.kv_cache.prefix_caching, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
+        policy = _make_policy(
+            label, source_str, policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
+            prefix_caching=caching, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
             emit_block_tables=getattr(cost_model, "needs_block_tables", False), block_bytes=kv["block_bytes"],
             delivery_s=exp.metrics.delivery_ms / 1000.0, **options,
         )
@@ -110,7 +112,16 @@ def run_experiment(
     return run
 
 
+def _make_policy(label: str, source: str | None, name: str, **kwargs):  # noqa: ANN003, ANN202
+    try:
+        return make_policy(name, **kwargs)
+    except ValueError as exc:
+        raise ConfigError(str(exc), source=source, where=f"policies[{label}]") from None
+
+
 def _policy_extra(policy, result: RunResult) -> dict:  # noqa: ANN001
+    steps = result.steps.as_dict()
+    transfer = steps.get("transfer_s", [])
     return {
         "end_reason": result.end_reason,
         "num_steps": len(result.steps),
@@ -119,8 +130,16 @@ def _policy_extra(policy, result: RunResult) -> dict:  # noqa: ANN001
         "num_preemptions_swap": policy.num_preemptions["swap"],
         "bytes_swapped_out": policy.num_blocks_swapped_out * policy.block_bytes,
         "bytes_swapped_in": policy.num_blocks_swapped_in * policy.block_bytes,
+        "transfer_time_s": float(sum(t for t in transfer if t == t)),
+        "num_host_prefix_hit_blocks": policy.num_host_prefix_hit_blocks,
+        "mean_swap_delay_ms": _mean_ms([r.swap_delay_s for r in result.requests if r.num_swaps]),
+        "mean_recompute_delay_ms": _mean_ms([r.recompute_delay_s for r in result.requests if r.num_recomputed_tokens]),
         "num_prefix_evictions": policy.bm.num_evictions,
     }
+
+
+def _mean_ms(values: list[float]) -> float | None:
+    return 1000.0 * sum(values) / len(values) if values else None
 
 
 def write_policy_results(folder: Path, result: RunResult, summary: dict, fmt: str) -> None:

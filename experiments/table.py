@@ -22,6 +22,31 @@ SUMMARY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# Shown only when some row has a nonzero value: prefix caching and the host tier.
+OPTIONAL_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("hit rate", "prefix_cache_hit_rate", "{:.1%}"),
+    ("swap GB out", "bytes_swapped_out", "{:.2f}"),
+    ("swap GB in", "bytes_swapped_in", "{:.2f}"),
+    ("link s", "transfer_time_s", "{:.2f}"),
+    ("swap delay ms", "mean_swap_delay_ms", "{:.0f}"),
+    ("recompute delay ms", "mean_recompute_delay_ms", "{:.0f}"),
+)
+GB_KEYS = ("bytes_swapped_out", "bytes_swapped_in")
+
+
+def summary_columns(rows: Sequence[dict]) -> list[tuple[str, str, str]]:
+    columns = list(SUMMARY_COLUMNS)
+    for column in OPTIONAL_COLUMNS:
+        if any(row.get(column[1]) for row in rows):
+            columns.append(column)
+    return columns
+
+
+def format_summary_table(rows: Sequence[dict]) -> str:
+    scaled = [{**row, **{k: row[k] / 1e9 for k in GB_KEYS if row.get(k) is not None}} for row in rows]
+    return format_table(scaled, summary_columns(rows))
+
+
 def format_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]] = SUMMARY_COLUMNS) -> str:
     cells = [[header for header, _, _ in columns]]
     for row in rows:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from policies.budget import StepBudget
 from policies.host_pool import HostPool
+from policies.host_prefix import HostPrefixCache
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
 from simcore.plan import ScheduledSeq, StepPlan
@@ -80,6 +81,8 @@ class BasePolicy:
         self._preempted_at: dict[int, tuple[float, int, str]] = {}
         self._now = 0.0
         self._plan: _PlanBuilder | None = None
+        self.host_prefix: HostPrefixCache | None = None
+        self.num_host_prefix_hit_blocks = 0
         if options.preemption == "swap" and host is None:
             raise ValueError("preemption 'swap' needs a host tier (kv_cache.host_memory_gib > 0)")
 
@@ -238,7 +241,8 @@ class BasePolicy:
         a KV-only cache holds no logits (seed 21.4).
         """
         hit = self._lookup_prefix(request)
-        num_hit = hit.num_blocks * self.bm.block_size
+        host_hits = self._lookup_host_prefix(request, hit)
+        num_hit = (hit.num_blocks + len(host_hits)) * self.bm.block_size
         pending = request.num_tokens - num_hit
         chunk = min(pending, max_chunk, budget.num_tokens)
         if chunk <= 0 or budget.num_seqs <= 0 or (whole and chunk < pending):
@@ -253,6 +257,8 @@ class BasePolicy:
         if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
             return 0
         self.bm.allocate(request.request_id, reserve_positions, hit)
+        if host_hits:
+            self._reload_from_host(request, hit.num_blocks, host_hits)
         self.waiting.remove(request)
         if self.bm.enable_prefix_caching:
             # vLLM's convention: every lookup queries the request's known tokens.
@@ -280,6 +286,46 @@ class BasePolicy:
         root = self.hasher.root_identity(request)
         return self.bm.lookup_prefix(hashes[:max_blocks], contents[:max_blocks], root)
 
+    def _lookup_host_prefix(self, request: Request, hit: PrefixHit) -> list:
+        """Where the device chain stops, continue it among blocks spilled to the host."""
+        if self.host_prefix is None or not self.hasher.has_content(request):  # type: ignore[union-attr]
+            return []
+        hashes, contents = self._prefix_chain(request)
+        start = hit.num_blocks
+        stop = (request.num_tokens - 1) // self.bm.block_size
+        if start >= stop:
+            return []
+        parent = self.bm.block_entry[hit.block_ids[-1]] if start else self.hasher.root_identity(request)  # type: ignore[union-attr]
+        return self.host_prefix.lookup(hashes[start:stop], contents[start:stop], parent)
+
+    def _reload_from_host(self, request: Request, first_logical: int, host_hits: list) -> None:
+        """Fresh device blocks for host hits, filled by host -> device copies before the step."""
+        assert self._plan is not None
+        self._plan.pinned_host.update(h.host_block for h in host_hits)
+        self._plan.copies.extend(self.bm.append(request.request_id, len(host_hits) * self.bm.block_size))
+        table = self.bm.block_tables[request.request_id]
+        for offset, hit in enumerate(host_hits):
+            device_block = table[first_logical + offset]
+            self._plan.swap_in.append((hit.host_block, device_block))
+            self.bm.cache_block(device_block, hit.block_hash, hit.content, hit.parent, entry=hit.entry)
+        self.num_blocks_swapped_in += len(host_hits)
+        self.num_host_prefix_hit_blocks += len(host_hits)
+        self.host_prefix.num_reloaded += len(host_hits)  # type: ignore[union-attr]
+
+    def enable_prefix_spill(self) -> None:
+        """Copy evicted prefix-cache blocks to the host tier instead of dropping them."""
+        if self.host is None:
+            raise ValueError("spilling prefix blocks needs a host tier (kv_cache.host_memory_gib > 0)")
+        self.host_prefix = HostPrefixCache(self.host)
+        self.bm.on_evict = self._spill
+
+    def _spill(self, block: int, block_hash: int, entry: int, ident: tuple) -> None:
+        assert self._plan is not None, "a cached block was evicted outside a step plan"
+        host_block = self.host_prefix.spill(block_hash, entry, ident, pinned=self._plan.pinned_host)  # type: ignore[union-attr]
+        if host_block is not None:
+            self._plan.swap_out.append((block, host_block))
+            self.num_blocks_swapped_out += 1
+
     def _prefix_chain(self, request: Request) -> tuple[list[int], list[tuple]]:
         found = self._prefix.get(request.request_id)
         if found is None:
@@ -300,7 +346,7 @@ class BasePolicy:
         table = self.bm.block_tables[request.request_id]
         root = self.hasher.root_identity(request)
         for logical in range(first, min(last, len(hashes))):
-            parent = table[logical - 1] if logical else root
+            parent = self.bm.parent_entry(table[logical - 1]) if logical else root
             self.bm.cache_block(table[logical], hashes[logical], contents[logical], parent)
 
     # ---- preemption and swaps -------------------------------------------------------------
@@ -315,6 +361,8 @@ class BasePolicy:
         self.num_resident_tokens -= victim.num_processed
         table = self.bm.table(victim.request_id)
         positions = self.bm.num_positions[victim.request_id]
+        if self.host_prefix is not None and self.options.preemption == "swap":
+            self.host_prefix.make_room(len(table), pinned=builder.pinned_host)
         if (
             self.options.preemption == "swap"
             and self.host is not None
@@ -494,7 +542,7 @@ class BasePolicy:
         """Invariants after a step: block accounting in every tier, tables covering processed positions."""
         self.bm.check()
         if self.host is not None:
-            self.host.check()
+            self.host.check(self.host_prefix.held_blocks() if self.host_prefix is not None else [])
         for request in self.running:
             stored = self.bm.num_positions.get(request.request_id)
             if stored != request.num_processed:
@@ -525,3 +573,5 @@ class _PlanBuilder:
         self.swap_in: list[tuple[int, int]] = []
         self.preempted: list[int] = []
         self.scheduled: set[int] = set()
+        # Host blocks read by this plan's swap-ins: not to be overwritten by its swap-outs.
+        self.pinned_host: set[int] = set()

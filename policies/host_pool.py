@@ -35,8 +35,14 @@ class HostPool:
         self.free_blocks.extend(blocks)
         return blocks, num_positions
 
-    def check(self) -> None:
-        held = [b for blocks, _ in self.tables.values() for b in blocks]
+    def take_block(self) -> int | None:
+        return self.free_blocks.popleft() if self.free_blocks else None
+
+    def give_block(self, block: int) -> None:
+        self.free_blocks.append(block)
+
+    def check(self, other_held: list[int] = ()) -> None:  # type: ignore[assignment]
+        held = [b for blocks, _ in self.tables.values() for b in blocks] + list(other_held)
         if len(set(held)) != len(held) or set(held) & set(self.free_blocks):
             raise AssertionError("host tier: a block is held twice or both held and free")
         if len(held) + len(self.free_blocks) != self.num_blocks:

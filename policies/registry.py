@@ -8,10 +8,11 @@ POLICIES: dict[str, str] = {
     "static": "policies.static:StaticPolicy",
     "continuous": "policies.continuous:ContinuousPolicy",
     "chunked_prefill": "policies.chunked_prefill:ChunkedPrefillPolicy",
+    "offload": "policies.offload:make_offload",
 }
 
 
-def policy_class(name: str) -> type:
+def policy_class(name: str):  # noqa: ANN201 - a class, or a factory taking the same arguments
     module_name, attr = POLICIES[name].split(":")
     return getattr(importlib.import_module(module_name), attr)
 

@@ -60,13 +60,17 @@ class BlockManager:
         self.cached_blocks: dict[int, int] = {}
         self.block_hash: dict[int, int] = {}
         self.block_content: dict[int, BlockContent] = {}
+        # Logical identity of cached content: a child block names its parent's entry, so a hit
+        # is verified along the chain even when the parent moved to another tier and back.
+        self.block_entry: dict[int, int] = {}
+        self._next_entry = 0
         self.evictable: OrderedDict[int, None] = OrderedDict()
         self.num_evictions = 0
         # Blocks referenced by more than one request right now (shared prefixes, forks).
         self.num_shared_blocks = 0
         # Called with a block id when an evictable cached block is reused for new content, so a
         # host tier can keep a copy (offload of evicted prefix blocks).
-        self.on_evict: Callable[[int, int, BlockContent], None] | None = None
+        self.on_evict: Callable[[int, int, int, BlockContent], None] | None = None
 
     # ---- capacity -------------------------------------------------------------------------
 
@@ -119,19 +123,30 @@ class BlockManager:
             if block is None or self.block_content.get(block) != (parent, content):
                 break
             found.append(block)
-            parent = block
+            parent = self.block_entry[block]
         return PrefixHit(tuple(found), tuple(hashes[: len(found)]))
 
-    def cache_block(self, block: int, block_hash: int, content: BlockContent, parent: object = ()) -> None:
-        """Register a full block's identity (hash, and content + parent for verification)."""
+    def cache_block(
+        self, block: int, block_hash: int, content: BlockContent, parent: object = (), entry: int | None = None
+    ) -> None:
+        """Register a full block's identity: hash, and content + parent entry for verification."""
         if not self.enable_prefix_caching or block in self.block_hash:
             return
         if block_hash in self.cached_blocks:
             # Another block already holds this content (computed concurrently); keep the first.
             return
+        if entry is None:
+            entry = self._next_entry
+            self._next_entry += 1
         self.cached_blocks[block_hash] = block
         self.block_hash[block] = block_hash
         self.block_content[block] = (parent, content)
+        self.block_entry[block] = entry
+
+    def parent_entry(self, block: int) -> object:
+        """What a child of `block` records as its parent: the block's entry, if it is cached."""
+        entry = self.block_entry.get(block)
+        return ("uncached", block) if entry is None else entry
 
     # ---- allocation -----------------------------------------------------------------------
 
@@ -198,7 +213,9 @@ class BlockManager:
         """Most steps (<= limit) in which every request appends one position without running
         out of blocks or hitting a copy-on-write."""
         bs = self.block_size
-        free = self.num_free_blocks
+        # With a spill hook, reusing a cached block must be planned (its copy-out), so a
+        # stretch may only use truly free blocks.
+        free = len(self.free_blocks) if self.on_evict is not None else self.num_free_blocks
         firsts = []  # per request: steps until it first needs a new block, if within the limit
         for rid in request_ids:
             stored = self.num_positions[rid]
@@ -331,10 +348,11 @@ class BlockManager:
     def _evict(self, block: int) -> None:
         block_hash = self.block_hash.pop(block)
         content = self.block_content.pop(block)
+        entry = self.block_entry.pop(block)
         del self.cached_blocks[block_hash]
         self.num_evictions += 1
         if self.on_evict is not None:
-            self.on_evict(block, block_hash, content)
+            self.on_evict(block, block_hash, entry, content)
 
     def _take_reference(self, block: int) -> None:
         if self.ref_counts[block] == 0:

@@ -220,7 +220,7 @@ def simulate(
                     len(plan.blocks_to_swap_in),
                     len(plan.blocks_to_copy),
                 ),
-                step_extras(cost_model),
+                _extras(cost_model, plan),
             )
             if limits.check_invariants:
                 policy.check()
@@ -258,6 +258,15 @@ def simulate(
         num_events=state["events"],
         itl=policy.itl if hasattr(policy, "itl") else ItlLog(),
     )
+
+
+def _extras(cost_model: CostModel, plan) -> dict[str, float]:  # noqa: ANN001
+    """Columns a cost model adds to a step's record: its own measurements, and link time."""
+    extras = step_extras(cost_model)
+    transfer_time = getattr(cost_model, "transfer_time", None)
+    if transfer_time is not None and (plan.blocks_to_swap_in or plan.blocks_to_swap_out):
+        extras["transfer_s"] = transfer_time(plan)
+    return extras
 
 
 def _sleep_until(env: simpy.Environment, when: float):  # noqa: ANN202

@@ -25,6 +25,8 @@ POLICIES = (
     ("chunked_prefill", {"chunk_size": 16, "order": "alternate"}),
     ("continuous", {"preemption": "swap"}),
     ("chunked_prefill", {"chunk_size": 16, "preemption": "swap"}),
+    ("offload", {"base": "continuous"}),
+    ("offload", {"chunk_size": 16}),
 )
 
 

@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from experiments.config import load_experiment
     from experiments.runner import run_experiment
-    from experiments.table import format_table
+    from experiments.table import format_summary_table
 
     overrides = list(args.overrides)
     if args.check:
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if echo:
         echo(f"servesim: {exp.name}: {len(exp.policies)} policies -> {out}")
     result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
-    print(format_table([r.summary for r in result.runs]))
+    print(format_summary_table([r.summary for r in result.runs]))
     for r in result.runs:
         if r.result.end_reason != "done":
             print(f"note: {r.label} stopped at {r.result.end_reason} with "
