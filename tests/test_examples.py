@@ -1,0 +1,32 @@
+"""Every experiment file under experiments/examples/ runs as it is (at a small size)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.cli import main
+
+EXAMPLES = sorted((Path(__file__).parent.parent / "experiments" / "examples").glob("*.yaml"))
+
+
+def test_there_are_examples():
+    assert len(EXAMPLES) >= 4
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_runs(path, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(["run", str(path), "--out", str(out), "--set", "workload.num_requests=24", "--check", "--quiet"])
+    assert code == 0
+    summaries = json.loads((out / "summary.json").read_text())
+    assert summaries and all(s["completed"] + s["num_rejected"] + s["num_unfinished"] == s["num_requests"]
+                             for s in summaries)
+    assert (out / "resolved.yaml").exists() and (out / "run_info.json").exists()
+    for summary in summaries:
+        assert (out / summary["label"] / "requests.parquet").exists()
+        assert (out / summary["label"] / "steps.parquet").exists()
+    printed = capsys.readouterr().out
+    assert "TTFT p50" in printed
