@@ -225,6 +225,29 @@ class BasePolicy:
         self._add_seq(request, num_new)
         return True
 
+    def _schedule_decodes(self, decoders: list[Request], budget: StepBudget) -> None:
+        """One position for each decoding request: in bulk when every new block is at hand,
+        else one by one with preemption. Both ways allocate in the same order."""
+        builder = self._plan
+        assert builder is not None
+        ids = [r.request_id for r in decoders]
+        if decoders and len(decoders) <= budget.num_tokens and self.bm.max_decode_steps(ids, 1) == 1:
+            self.bm.append_decode_steps(ids, 1)
+            tables = self.emit_block_tables
+            for request in decoders:
+                builder.seqs.append(ScheduledSeq(
+                    request.request_id, 1, request.num_processed, True, request.prompt_len,
+                    self.bm.table(request.request_id) if tables else (), request.prompt_token_ids,
+                ))
+            builder.scheduled.update(ids)
+            budget.num_tokens -= len(decoders)
+            budget.num_seqs -= len(decoders)
+            return
+        for request in decoders:
+            if request in self.running and not budget.is_spent:
+                if self._schedule_running(request, 1):
+                    budget.take(1)
+
     def _pick_victim(self, exclude: set[int]) -> Request | None:
         for candidate in reversed(self.running):
             if candidate.request_id not in exclude:
@@ -359,26 +382,13 @@ class BasePolicy:
         victim.num_preemptions += 1
         builder.preempted.append(victim.request_id)
         self.num_resident_tokens -= victim.num_processed
-        table = self.bm.table(victim.request_id)
-        positions = self.bm.num_positions[victim.request_id]
-        if self.host_prefix is not None and self.options.preemption == "swap":
-            self.host_prefix.make_room(len(table), pinned=builder.pinned_host)
-        if (
-            self.options.preemption == "swap"
-            and self.host is not None
-            and victim.num_processed > 0
-            and self.host.can_hold(len(table))
-        ):
-            host_blocks = self.host.store(victim.request_id, len(table), min(positions, victim.num_processed))
-            builder.swap_out.extend(zip(table, host_blocks))
-            self.num_blocks_swapped_out += len(table)
-            self.bm.free(victim.request_id)
-            victim.status = Status.SWAPPED
-            victim.num_swaps += 1
-            self.swapped.append(victim)
-            self.num_preemptions["swap"] += 1
-            self._preempted_at[victim.request_id] = (self._now, victim.num_processed, "swap")
-            return
+        if self.options.preemption == "swap" and self.host is not None and victim.num_processed > 0:
+            table = self.bm.table(victim.request_id)
+            if self.host_prefix is not None:
+                self.host_prefix.make_room(len(table), pinned=builder.pinned_host)
+            if self.host.can_hold(len(table)):
+                self._swap_out(victim, table)
+                return
         self.bm.free(victim.request_id)
         self._preempted_at[victim.request_id] = (self._now, victim.num_processed, "recompute")
         victim.num_recomputed_tokens += victim.num_processed
@@ -386,6 +396,20 @@ class BasePolicy:
         victim.status = Status.WAITING
         self.waiting.appendleft(victim)
         self.num_preemptions["recompute"] += 1
+
+    def _swap_out(self, victim: Request, table: tuple[int, ...]) -> None:
+        """Copy a victim's blocks to the host tier and release them on the device."""
+        assert self._plan is not None and self.host is not None
+        positions = self.bm.num_positions[victim.request_id]
+        host_blocks = self.host.store(victim.request_id, len(table), min(positions, victim.num_processed))
+        self._plan.swap_out.extend(zip(table, host_blocks))
+        self.num_blocks_swapped_out += len(table)
+        self.bm.free(victim.request_id)
+        victim.status = Status.SWAPPED
+        victim.num_swaps += 1
+        self.swapped.append(victim)
+        self.num_preemptions["swap"] += 1
+        self._preempted_at[victim.request_id] = (self._now, victim.num_processed, "swap")
 
     def _try_swap_in(self, request: Request, budget: StepBudget) -> bool:
         """Bring a swapped request back: fresh device blocks, host -> device copies, then run it."""
@@ -551,7 +575,7 @@ class BasePolicy:
                     f"request processed {request.num_processed}"
                 )
         for request in self.waiting:
-            if request.request_id in self.bm.block_tables:
+            if request.request_id in self.bm.num_positions:
                 raise AssertionError(f"waiting request {request.request_id} still holds blocks")
         if self.hasher is not None and self.bm.enable_prefix_caching:
             self._check_salt_isolation()

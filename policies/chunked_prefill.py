@@ -51,10 +51,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         self._last_was_prefill = False
 
     def _run_decodes(self, budget: StepBudget) -> None:
-        for request in list(self.running):
-            if request in self.running and not request.is_prefilling and not budget.is_spent:
-                if self._schedule_running(request, 1):
-                    budget.take(1)
+        self._schedule_decodes([r for r in self.running if not r.is_prefilling], budget)
 
     def _run_prefill_chunks(self, budget: StepBudget, now: float) -> None:
         for request in list(self.running):

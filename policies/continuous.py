@@ -34,10 +34,8 @@ class ContinuousPolicy(BasePolicy):
             self._admit_whole_prompts(budget, now)
             if self._plan.seqs:  # type: ignore[union-attr]
                 return
-        for request in list(self.running):
-            if request in self.running:
-                if self._schedule_running(request, request.num_pending):
-                    budget.take(request.num_pending)
+        # Whole prompts are prefilled on admission, so every running request is decoding.
+        self._schedule_decodes(list(self.running), budget)
         if self._plan.preempted:  # type: ignore[union-attr]
             return
         self._resume_swapped(budget)

@@ -77,6 +77,27 @@ def _expanded(itl):
     return sorted(v for v, w in zip(itl.values, itl.weights) for _ in range(w))
 
 
+@pytest.mark.parametrize("name,opts", [p for p in POLICIES if p[0] != "offload" and "preemption" not in p[1]])
+def test_counting_blocks_matches_tracking_block_ids(name, opts):
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.block_counter import BlockCounter
+    from simcore.presets import get_model
+
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    requests = workload(3, content=False, sessions=True)
+    frames = []
+    for track in (True, False):
+        policy = make_policy(name, num_blocks=64, block_size=4, max_num_seqs=12, max_num_batched_tokens=96,
+                             track_block_ids=track, **opts)
+        assert isinstance(policy.bm, BlockCounter) != track
+        result = simulate([fresh_copy(r) for r in requests], policy, cost, limits=RunLimits(check_invariants=True))
+        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), result.itl))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0])
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1])
+    assert _expanded(frames[0][2]) == _expanded(frames[1][2])
+
+
 @pytest.mark.parametrize("name,opts", POLICIES[:4])
 def test_fast_path_matches_with_constant_costs_ties_and_a_horizon(name, opts):
     # Constant step times and arrivals on the same grid make ties between arrivals and step ends.

@@ -1,0 +1,135 @@
+"""Block accounting by counts alone, for runs where no one needs physical block ids.
+
+Scheduling decisions depend only on how many blocks each request holds and how many are free.
+Without prefix caching (shared blocks), a host tier (block-to-block copies) or a real engine
+(which reads the block tables), the ids themselves carry no information, so this manager keeps
+per-request counts in O(1) per call instead of a table entry per block. Results are identical
+to `BlockManager` (tested); the runner picks it automatically.
+"""
+
+from __future__ import annotations
+
+from simcore.block_manager import PrefixHit
+
+
+class BlockCounter:
+    enable_prefix_caching = False
+    on_evict = None
+    num_evictions = 0
+    num_shared_blocks = 0
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self._free = num_blocks
+        self.num_table_blocks: dict[int, int] = {}
+        self.num_positions: dict[int, int] = {}
+        # No block is ever shared, so no reference is ever revived: an empty mapping suffices.
+        self.ref_counts: dict[int, int] = {}
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._free
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self._free
+
+    def blocks_for(self, num_positions: int) -> int:
+        return -(-num_positions // self.block_size)
+
+    def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
+        after = self.num_positions.get(request_id, 0) + num_new_positions
+        need = self.blocks_for(after) - self.num_table_blocks.get(request_id, 0)
+        return need if need > 0 else 0
+
+    def can_allocate(self, num_blocks: int, *, reserve: int = 0) -> bool:
+        return num_blocks + reserve <= self._free
+
+    def can_append(self, request_id: int, num_new_positions: int, *, reserve: int = 0) -> bool:
+        return self.can_allocate(self.num_new_blocks_needed(request_id, num_new_positions), reserve=reserve)
+
+    def lookup_prefix(self, hashes, contents, root=()) -> PrefixHit:  # noqa: ANN001
+        return PrefixHit((), ())
+
+    def allocate(self, request_id: int, num_positions: int, prefix: PrefixHit | None = None) -> None:
+        if request_id in self.num_table_blocks:
+            raise ValueError(f"request {request_id} already has a block table")
+        need = self.blocks_for(num_positions)
+        if need > self._free:
+            raise MemoryError(f"request {request_id}: needs {need} blocks, {self._free} free")
+        self._free -= need
+        self.num_table_blocks[request_id] = need
+        self.num_positions[request_id] = 0
+
+    def append(self, request_id: int, num_new_positions: int) -> list[tuple[int, int]]:
+        if num_new_positions <= 0:
+            return []
+        need = self.num_new_blocks_needed(request_id, num_new_positions)
+        if need > self._free:
+            raise MemoryError(f"request {request_id}: needs {need} blocks, {self._free} free")
+        self._free -= need
+        self.num_table_blocks[request_id] += need
+        self.num_positions[request_id] += num_new_positions
+        return []
+
+    def free(self, request_id: int) -> None:
+        held = self.num_table_blocks.pop(request_id, None)
+        self.num_positions.pop(request_id, None)
+        if held is not None:
+            self._free += held
+
+    def table(self, request_id: int) -> tuple[int, ...]:
+        raise RuntimeError("BlockCounter keeps no block ids; use BlockManager where tables are read")
+
+    def max_decode_steps(self, request_ids: list[int], limit: int) -> int:
+        bs = self.block_size
+        firsts = []
+        for rid in request_ids:
+            first = self.num_table_blocks[rid] * bs - self.num_positions[rid] + 1
+            if first <= limit:
+                firsts.append(first)
+        if not firsts:
+            return limit
+
+        def needed(num_steps: int) -> int:
+            return sum((num_steps - f) // bs + 1 for f in firsts if f <= num_steps)
+
+        if needed(limit) <= self._free:
+            return limit
+        low, high = 0, limit
+        while high - low > 1:
+            mid = (low + high) // 2
+            if needed(mid) <= self._free:
+                low = mid
+            else:
+                high = mid
+        return low
+
+    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int) -> list[int]:
+        bs = self.block_size
+        added = [0] * (num_steps + 1)
+        for rid in request_ids:
+            step = self.num_table_blocks[rid] * bs - self.num_positions[rid] + 1
+            while step <= num_steps:
+                added[step] += 1
+                step += bs
+        for j in range(1, num_steps + 1):
+            added[j] += added[j - 1]
+        return added[1:]
+
+    def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
+        for rid in request_ids:
+            self.append(rid, num_steps)
+
+    def check(self) -> None:
+        held = sum(self.num_table_blocks.values())
+        if held + self._free != self.num_blocks:
+            raise AssertionError(f"block accounting does not add up: {held} held + {self._free} free")
+        for rid, num in self.num_table_blocks.items():
+            if num < self.blocks_for(self.num_positions[rid]):
+                raise AssertionError(f"request {rid}: {num} blocks cannot hold {self.num_positions[rid]} positions")
