@@ -15,12 +15,13 @@ from backends.base import CostContext
 from backends.registry import build_cost_model
 from experiments.config import Experiment, policy_labels
 from experiments.io import atomic_write_text, write_json, write_table
+from experiments.request_sink import RequestSink
 from policies.registry import make_policy
 from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
 from simcore.errors import ConfigError
 from simcore.engine import RunLimits, RunResult, simulate
-from simcore.metrics import request_frame, summarize
+from simcore.metrics import summarize_frame
 from simcore.model import DTYPE_BYTES, GIB
 from simcore.prefix import PrefixHasher
 from simcore.presets import get_hardware, get_model
@@ -33,6 +34,8 @@ class PolicyRun:
     label: str
     result: RunResult
     summary: dict
+    # One row per request (requests.parquet), in request-id order.
+    requests: pd.DataFrame
 
 
 @dataclass
@@ -43,7 +46,7 @@ class ExperimentRun:
 
 
 def fresh_copy(request: Request) -> Request:
-    """An untouched copy of a workload request, so every policy sees the identical workload."""
+    """An untouched copy of a workload request (simulate copies on arrival; tests use this too)."""
     return dataclasses.replace(request)
 
 
@@ -97,16 +100,20 @@ def run_experiment(
             delivery_s=exp.metrics.delivery_ms / 1000.0, **options,
         )
         started = time.perf_counter()
-        result = simulate([fresh_copy(r) for r in template], policy, cost_model, limits=limits)
-        summary = summarize(result.requests, itl=policy.itl, slo_ms=exp.metrics.slo.as_dict() or None,
-                            extra=_policy_extra(policy, result))
+        sink = RequestSink()
+        result = simulate(template, policy, cost_model, limits=limits, on_finished=sink.add)
+        sink.add([*result.finished, *result.rejected, *result.unfinished])
+        frame = sink.frame()
+        summary = summarize_frame(frame, itl=policy.itl, slo_ms=exp.metrics.slo.as_dict() or None,
+                                  extra=_policy_extra(policy, result, frame))
         summary = {"label": label, "policy": policy_cfg.name, **summary}
-        run.runs.append(PolicyRun(label, result, summary))
+        run.runs.append(PolicyRun(label, result, summary, frame))
         if echo is not None:
-            echo(f"  {label}: {len(result.finished)} finished, {len(result.steps)} steps, "
-                 f"{result.sim_time_s:.1f} s simulated in {time.perf_counter() - started:.2f} s")
+            echo(f"  {label}: {summary['completed']} finished, {len(result.steps)} steps, "
+                 f"{result.sim_time_s:.1f} s simulated in {result.wall_time_s:.2f} s "
+                 f"({time.perf_counter() - started:.2f} s with metrics)")
         if out_dir is not None:
-            write_policy_results(out_dir / label, result, summary, exp.output.format)
+            write_policy_results(out_dir / label, frame, result, summary, exp.output.format)
     if out_dir is not None:
         write_experiment_files(out_dir, run)
     return run
@@ -119,7 +126,7 @@ def _make_policy(label: str, source: str | None, name: str, **kwargs):  # noqa: 
         raise ConfigError(str(exc), source=source, where=f"policies[{label}]") from None
 
 
-def _policy_extra(policy, result: RunResult) -> dict:  # noqa: ANN001
+def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # noqa: ANN001
     steps = result.steps.as_dict()
     transfer = steps.get("transfer_s", [])
     return {
@@ -132,18 +139,18 @@ def _policy_extra(policy, result: RunResult) -> dict:  # noqa: ANN001
         "bytes_swapped_in": policy.num_blocks_swapped_in * policy.block_bytes,
         "transfer_time_s": float(sum(t for t in transfer if t == t)),
         "num_host_prefix_hit_blocks": policy.num_host_prefix_hit_blocks,
-        "mean_swap_delay_ms": _mean_ms([r.swap_delay_s for r in result.requests if r.num_swaps]),
-        "mean_recompute_delay_ms": _mean_ms([r.recompute_delay_s for r in result.requests if r.num_recomputed_tokens]),
+        "mean_swap_delay_ms": _mean_ms(frame.loc[frame["num_swaps"] > 0, "swap_delay_s"]),
+        "mean_recompute_delay_ms": _mean_ms(frame.loc[frame["num_recomputed_tokens"] > 0, "recompute_delay_s"]),
         "num_prefix_evictions": policy.bm.num_evictions,
     }
 
 
-def _mean_ms(values: list[float]) -> float | None:
-    return 1000.0 * sum(values) / len(values) if values else None
+def _mean_ms(values: pd.Series) -> float | None:
+    return 1000.0 * float(values.mean()) if len(values) else None
 
 
-def write_policy_results(folder: Path, result: RunResult, summary: dict, fmt: str) -> None:
-    write_table(request_frame(result.requests), folder / "requests", fmt)
+def write_policy_results(folder: Path, requests: pd.DataFrame, result: RunResult, summary: dict, fmt: str) -> None:
+    write_table(requests, folder / "requests", fmt)
     write_table(pd.DataFrame(result.steps.as_dict()), folder / "steps", fmt)
     write_json(folder / "summary.json", summary)
 

@@ -123,8 +123,19 @@ class BlockCounter:
         return added[1:]
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
+        bs = self.block_size
+        tables, positions = self.num_table_blocks, self.num_positions
+        taken = 0
         for rid in request_ids:
-            self.append(rid, num_steps)
+            after = positions[rid] + num_steps
+            positions[rid] = after
+            need = -(-after // bs) - tables[rid]
+            if need > 0:
+                tables[rid] += need
+                taken += need
+        if taken > self._free:
+            raise MemoryError(f"decode steps need {taken} blocks, {self._free} free")
+        self._free -= taken
 
     def check(self) -> None:
         held = sum(self.num_table_blocks.values())

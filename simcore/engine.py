@@ -8,6 +8,7 @@ sleeps until the next arrival.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -63,8 +64,14 @@ def simulate(
     *,
     limits: RunLimits | None = None,
     on_step: Callable[[float], None] | None = None,
+    on_finished: Callable[[list[Request]], None] | None = None,
 ) -> RunResult:
-    """Replay `requests` (sorted by arrival) through `policy`, pricing steps with `cost_model`."""
+    """Replay `requests` through `policy`, pricing steps with `cost_model`.
+
+    The given requests are a template and are never modified: each is copied when it arrives.
+    With `on_finished`, finished requests are handed over in batches and not kept, so a long
+    run holds only the requests in flight (the result's `finished` then lists none).
+    """
     limits = limits or RunLimits()
     env = simpy.Environment()
     log = StepLog()
@@ -77,6 +84,7 @@ def simulate(
             children.setdefault(request.parent_id, []).append(request)
     timed = [r for r in ordered if r.parent_id is None or r.parent_id not in known]
     wall_start = time.perf_counter()
+    arrived: set[int] = set()
     state = {"arrivals_done": not timed, "pending": sum(len(c) for c in children.values()),
              "wake": env.event(), "end": "done", "events": 0, "next_timed": 0}
     follow_up_times: list[float] = []  # arrival times of released follow-up turns (a heap)
@@ -85,7 +93,9 @@ def simulate(
         bulk = None
     horizon = limits.max_sim_time_s if limits.max_sim_time_s is not None else math.inf
 
-    def arrive(request: Request) -> None:
+    def arrive(template: Request) -> None:
+        request = dataclasses.replace(template)
+        arrived.add(request.request_id)
         policy.add(request, env.now)
         state["events"] += 1
         if request.status is Status.REJECTED:
@@ -110,10 +120,16 @@ def simulate(
         arrive(request)
 
     def release_children(parent: Request) -> None:
-        for child in children.pop(parent.request_id, ()):
-            child.arrival_s = env.now + child.think_time_s
+        for template in children.pop(parent.request_id, ()):
+            child = dataclasses.replace(template, arrival_s=env.now + template.think_time_s)
             heapq.heappush(follow_up_times, child.arrival_s)
             env.process(follow_up(child))
+
+    def flush(final: bool = False) -> None:
+        if on_finished is not None and (final or len(policy.finished) >= FLUSH_EVERY):
+            batch = list(policy.finished)
+            policy.finished.clear()
+            on_finished(batch)
 
     def next_arrival() -> float:
         index = state["next_timed"]
@@ -153,22 +169,21 @@ def simulate(
         for request in done:
             if children:
                 release_children(request)
+        flush()
         starts = [start, *ends[:-1]]
-        for j, end in enumerate(ends):
-            last = j == len(ends) - 1
-            log.append(
-                (
-                    first_step + j, starts[j], end - starts[j], num_running, 0, num_running, num_running,
-                    len(policy.running) if last else num_running,
-                    len(policy.waiting) if last else num_waiting_before,
-                    num_swapped,
-                    policy.bm.num_used_blocks if last else blocks_before + used[j],
-                    policy.bm.num_shared_blocks if last else shared_before,
-                    policy.host.num_used_blocks if policy.host is not None else 0,
-                    policy.num_resident_tokens if last else resident + num_running * (j + 1),
-                    0, 0, 0, 0,
-                ),
-            )
+        num_shared = policy.bm.num_shared_blocks
+        host_used = policy.host.num_used_blocks if policy.host is not None else 0
+        rows = [
+            (first_step + j, starts[j], ends[j] - starts[j], num_running, 0, num_running, num_running,
+             num_running, num_waiting_before, num_swapped, blocks_before + used[j], shared_before, host_used,
+             resident + num_running * (j + 1), 0, 0, 0, 0)
+            for j in range(len(ends) - 1)
+        ]
+        # The last step saw any finishes and any arrival during it.
+        rows.append((first_step + len(ends) - 1, starts[-1], ends[-1] - starts[-1], num_running, 0, num_running,
+                     num_running, len(policy.running), len(policy.waiting), num_swapped, policy.bm.num_used_blocks,
+                     num_shared, host_used, policy.num_resident_tokens, 0, 0, 0, 0))
+        log.extend(rows)
         state["events"] += 1
         return len(ends)
 
@@ -198,6 +213,7 @@ def simulate(
             for request in policy.complete(plan, env.now):
                 if children:
                     release_children(request)
+            flush()
             state["events"] += 1
             log.append(
                 (
@@ -241,12 +257,11 @@ def simulate(
     unfinished: list[Request] = []
     if state["end"] != "done":
         unfinished = policy.drain_unfinished()
-        added = {r.request_id for r in (*policy.finished, *policy.rejected, *unfinished)}
         # Requests that had not arrived yet when the horizon ended are unfinished too.
-        for request in ordered:
-            if request.request_id not in added:
-                request.status = Status.UNFINISHED
-                unfinished.append(request)
+        for template in ordered:
+            if template.request_id not in arrived:
+                unfinished.append(dataclasses.replace(template, status=Status.UNFINISHED))
+    flush(final=True)
     return RunResult(
         finished=list(policy.finished),
         rejected=list(policy.rejected),
@@ -258,6 +273,10 @@ def simulate(
         num_events=state["events"],
         itl=policy.itl if hasattr(policy, "itl") else ItlLog(),
     )
+
+
+# Finished requests handed to `on_finished` at a time.
+FLUSH_EVERY = 4096
 
 
 def _extras(cost_model: CostModel, plan) -> dict[str, float]:  # noqa: ANN001

@@ -104,7 +104,17 @@ def summarize(
     extra: dict | None = None,
 ) -> dict:
     """Summary in vLLM `bench serve` names (plus p90/p95), over finished requests."""
-    frame = request_frame(requests)
+    return summarize_frame(request_frame(requests), itl=itl, slo_ms=slo_ms, extra=extra)
+
+
+def summarize_frame(
+    frame: pd.DataFrame,
+    *,
+    itl: ItlLog | None = None,
+    slo_ms: dict[str, float] | None = None,
+    extra: dict | None = None,
+) -> dict:
+    """`summarize` from a request table (as written to requests.parquet)."""
     done = frame[frame["status"] == "finished"]
     out: dict = {}
     if len(done):

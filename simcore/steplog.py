@@ -1,8 +1,7 @@
-"""Per-step records, kept as columns (cheap to append, one DataFrame at the end)."""
+"""Per-step records: one tuple per step (cheap to append), turned into columns at the end."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 STEP_COLUMNS = (
@@ -29,25 +28,34 @@ STEP_COLUMNS = (
 
 class StepLog:
     def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in STEP_COLUMNS}
-        self.extras: dict[str, list[Any]] = defaultdict(list)
+        self.rows: list[tuple] = []
+        # Columns only some steps have (a cost model's measurements, link time): step -> value.
+        self.extras: dict[str, dict[int, float]] = {}
 
     def __len__(self) -> int:
-        return len(self.columns["step_id"])
+        return len(self.rows)
 
     def append(self, values: tuple, extras: dict[str, float] | None = None) -> None:
-        for name, value in zip(STEP_COLUMNS, values):
-            self.columns[name].append(value)
         if extras:
-            n = len(self) - 1
+            index = len(self.rows)
             for key, value in extras.items():
-                column = self.extras[key]
-                column.extend([float("nan")] * (n - len(column)))
-                column.append(value)
+                self.extras.setdefault(key, {})[index] = value
+        self.rows.append(values)
+
+    def extend(self, rows: list[tuple]) -> None:
+        self.rows.extend(rows)
+
+    @property
+    def columns(self) -> dict[str, list[Any]]:
+        return self.as_dict()
 
     def as_dict(self) -> dict[str, list[Any]]:
-        out = dict(self.columns)
-        n = len(self)
-        for key, column in self.extras.items():
-            out[key] = column + [float("nan")] * (n - len(column))
+        n = len(self.rows)
+        if n:
+            out = {name: list(column) for name, column in zip(STEP_COLUMNS, zip(*self.rows))}
+        else:
+            out = {name: [] for name in STEP_COLUMNS}
+        nan = float("nan")
+        for key, values in self.extras.items():
+            out[key] = [values.get(i, nan) for i in range(n)]
         return out
