@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,16 @@ class ConstantCostModel:
     # Host<->device link for swaps: bytes per second (0 disables transfer cost) and fixed latency.
     link_bytes_per_s: float = 0.0
     transfer_latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        # Every parameter is a finite number >= 0 (build_model_from_params has checked the types).
+        for name in ("step_s", "per_token_s", "per_request_s", "link_bytes_per_s", "transfer_latency_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"{name}: expected a finite number >= 0, found {value!r}")
+        if self.step_s + self.per_token_s + self.per_request_s <= 0:
+            raise ValueError("step_s, per_token_s and per_request_s are all 0: every step would take no time; "
+                             "give at least one of them a positive value")
 
     def step_time(self, plan: StepPlan) -> float:
         compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * len(plan.seqs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -19,8 +20,8 @@ from experiments.request_sink import RequestSink
 from policies.registry import make_policy
 from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
-from simcore.errors import ConfigError
 from simcore.engine import RunLimits, RunResult, simulate
+from simcore.errors import ConfigError
 from simcore.metrics import summarize_frame
 from simcore.model import DTYPE_BYTES, GIB
 from simcore.prefix import PrefixHasher
@@ -101,7 +102,11 @@ def run_experiment(
         )
         started = time.perf_counter()
         sink = RequestSink()
-        result = simulate(template, policy, cost_model, limits=limits, on_finished=sink.add)
+        spill = None
+        if out_dir is not None and exp.output.format == "parquet":
+            (out_dir / label).mkdir(parents=True, exist_ok=True)
+            spill = out_dir / label / ".steps.parquet.partial"
+        result = simulate(template, policy, cost_model, limits=limits, on_finished=sink.add, steps_spill=spill)
         sink.add([*result.finished, *result.rejected, *result.unfinished])
         frame = sink.frame()
         summary = summarize_frame(frame, itl=policy.itl, slo_ms=exp.metrics.slo.as_dict() or None,
@@ -127,8 +132,6 @@ def _make_policy(label: str, source: str | None, name: str, **kwargs):  # noqa: 
 
 
 def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # noqa: ANN001
-    steps = result.steps.as_dict()
-    transfer = steps.get("transfer_s", [])
     return {
         "end_reason": result.end_reason,
         "num_steps": len(result.steps),
@@ -137,7 +140,7 @@ def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # no
         "num_preemptions_swap": policy.num_preemptions["swap"],
         "bytes_swapped_out": policy.num_blocks_swapped_out * policy.block_bytes,
         "bytes_swapped_in": policy.num_blocks_swapped_in * policy.block_bytes,
-        "transfer_time_s": float(sum(t for t in transfer if t == t)),
+        "transfer_time_s": result.steps.extra_totals.get("transfer_s", 0.0),
         "num_host_prefix_hit_blocks": policy.num_host_prefix_hit_blocks,
         "mean_swap_delay_ms": _mean_ms(frame.loc[frame["num_swaps"] > 0, "swap_delay_s"]),
         "mean_recompute_delay_ms": _mean_ms(frame.loc[frame["num_recomputed_tokens"] > 0, "recompute_delay_s"]),
@@ -151,7 +154,11 @@ def _mean_ms(values: pd.Series) -> float | None:
 
 def write_policy_results(folder: Path, requests: pd.DataFrame, result: RunResult, summary: dict, fmt: str) -> None:
     write_table(requests, folder / "requests", fmt)
-    write_table(pd.DataFrame(result.steps.as_dict()), folder / "steps", fmt)
+    if result.steps.spilled:
+        # Streamed during the run; complete now, so it takes its final name in one rename.
+        os.replace(result.steps.spill_path, folder / "steps.parquet")
+    else:
+        write_table(pd.DataFrame(result.steps.as_dict()), folder / "steps", fmt)
     write_json(folder / "summary.json", summary)
 
 

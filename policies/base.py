@@ -122,6 +122,7 @@ class BasePolicy:
     def complete(self, plan: StepPlan, now: float) -> list[Request]:
         """Advance every scheduled request by its processed tokens; select outputs; retire."""
         done: list[Request] = []
+        gaps: list[float] = []
         for seq in plan.seqs:
             request = self.by_id[seq.request_id]
             before = request.num_processed
@@ -139,10 +140,12 @@ class BasePolicy:
                 if request.last_token_s is None:
                     request.first_token_s = delivered
                 else:
-                    self.itl.add(delivered - request.last_token_s)
+                    gaps.append(delivered - request.last_token_s)
                 request.last_token_s = delivered
                 if request.is_finished:
                     done.append(request)
+        if gaps:
+            self.itl.add_gaps(gaps)
         for request in done:
             self._finish(request, now + self.options.delivery_s)
         return done
@@ -536,16 +539,18 @@ class BasePolicy:
         done: list[Request] = []
         first, last = times[0], times[-1]
         itl = self.itl
+        first_gaps = []
         for request in running:
             before = request.num_processed
             request.num_processed = before + num_steps
             request.num_outputs += num_steps
-            itl.add(first - request.last_token_s)
+            first_gaps.append(first - request.last_token_s)
             request.last_token_s = last
             if caching:
                 self._register_full_blocks(request, before)
             if request.num_outputs >= request.num_target_outputs:
                 done.append(request)
+        itl.add_gaps(first_gaps)
         for j in range(1, num_steps):
             itl.add(times[j] - times[j - 1], len(running))
         self.num_resident_tokens += num_steps * len(running)

@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import simpy
 
@@ -65,16 +66,18 @@ def simulate(
     limits: RunLimits | None = None,
     on_step: Callable[[float], None] | None = None,
     on_finished: Callable[[list[Request]], None] | None = None,
+    steps_spill: Path | None = None,
 ) -> RunResult:
     """Replay `requests` through `policy`, pricing steps with `cost_model`.
 
     The given requests are a template and are never modified: each is copied when it arrives.
     With `on_finished`, finished requests are handed over in batches and not kept, so a long
-    run holds only the requests in flight (the result's `finished` then lists none).
+    run holds only the requests in flight (the result's `finished` then lists none). With
+    `steps_spill`, step records go to that Parquet file as the run goes.
     """
     limits = limits or RunLimits()
     env = simpy.Environment()
-    log = StepLog()
+    log = StepLog(steps_spill)
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
     known = {r.request_id for r in ordered}
     # Follow-up turns wait for their parent to finish; the rest arrive at fixed times.
@@ -262,6 +265,7 @@ def simulate(
             if template.request_id not in arrived:
                 unfinished.append(dataclasses.replace(template, status=Status.UNFINISHED))
     flush(final=True)
+    log.close()
     return RunResult(
         finished=list(policy.finished),
         rejected=list(policy.rejected),

@@ -8,10 +8,11 @@ MistralConfig and Qwen2Config. Both spellings of RoPE settings are accepted: `ro
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
-from simcore.errors import ConfigError
+from simcore.errors import ConfigError, close_match
 from simcore.model import ModelSpec
 
 # Architectures whose decoder layer ModelSpec describes, by config.json `architectures` entry
@@ -106,7 +107,10 @@ class _Reader:
         value = self.raw.get(key)
         if value is None:
             if default is self._MISSING:
-                raise ConfigError("required key is missing", source=self.source, where=key)
+                # A misspelt key is the usual cause: offer the closest key the file does have.
+                hint = close_match(key, [k for k in self.raw if isinstance(k, str)])
+                extra = f" (the file has {hint!r}; misspelt?)" if hint else ""
+                raise ConfigError(f"required key is missing{extra}", source=self.source, where=key)
             return default
         return value
 
@@ -141,8 +145,9 @@ class _Reader:
 
 
 def _positive_number(value: Any, *, source: str | None, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError("invalid value", source=source, where=where, expected="a positive number", found=value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError("invalid value", source=source, where=where, expected="a finite positive number",
+                          found=value)
     return float(value)
 
 

@@ -1,8 +1,16 @@
-"""Per-step records: one tuple per step (cheap to append), turned into columns at the end."""
+"""Per-step records: one tuple per step (cheap to append), kept as compact column chunks.
+
+Rows are buffered and turned into numpy column chunks every CHUNK_ROWS steps, so memory per
+step is a few dozen bytes; with a spill file the chunks go to Parquet instead, so a run of
+millions of steps keeps none of them in memory.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 STEP_COLUMNS = (
     "step_id",
@@ -24,38 +32,102 @@ STEP_COLUMNS = (
     "blocks_swapped_in",
     "blocks_copied",
 )
+FLOAT_COLUMNS = {"start_s", "duration_s"}
+CHUNK_ROWS = 65536
 
 
 class StepLog:
-    def __init__(self) -> None:
+    def __init__(self, spill_path: Path | None = None) -> None:
         self.rows: list[tuple] = []
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.num_rows = 0
         # Columns only some steps have (a cost model's measurements, link time): step -> value.
         self.extras: dict[str, dict[int, float]] = {}
+        self.spill_path = spill_path
+        self._writer = None
+        self._spilled = False
+        self.extra_totals: dict[str, float] = {}
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.num_rows
 
     def append(self, values: tuple, extras: dict[str, float] | None = None) -> None:
         if extras:
-            index = len(self.rows)
             for key, value in extras.items():
-                self.extras.setdefault(key, {})[index] = value
+                self.extras.setdefault(key, {})[self.num_rows] = value
+                self.extra_totals[key] = self.extra_totals.get(key, 0.0) + value
         self.rows.append(values)
+        self.num_rows += 1
+        if len(self.rows) >= CHUNK_ROWS:
+            self._seal()
 
     def extend(self, rows: list[tuple]) -> None:
         self.rows.extend(rows)
+        self.num_rows += len(rows)
+        if len(self.rows) >= CHUNK_ROWS:
+            self._seal()
 
-    @property
-    def columns(self) -> dict[str, list[Any]]:
-        return self.as_dict()
+    def _seal(self) -> None:
+        if not self.rows:
+            return
+        first = self.num_rows - len(self.rows)
+        chunk = {
+            name: np.asarray(column, dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
+            for name, column in zip(STEP_COLUMNS, zip(*self.rows))
+        }
+        self.rows = []
+        if self.spill_path is None:
+            self.chunks.append(chunk)
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
-    def as_dict(self) -> dict[str, list[Any]]:
-        n = len(self.rows)
-        if n:
-            out = {name: list(column) for name, column in zip(STEP_COLUMNS, zip(*self.rows))}
-        else:
-            out = {name: [] for name in STEP_COLUMNS}
         nan = float("nan")
         for key, values in self.extras.items():
-            out[key] = [values.get(i, nan) for i in range(n)]
+            chunk[key] = np.asarray([values.pop(i, nan) for i in range(first, first + len(chunk["step_id"]))])
+        table = pa.table(chunk)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.spill_path, table.schema)
+            self._spilled = True
+        self._writer.write_table(table)
+
+    @property
+    def spilled(self) -> bool:
+        return self._spilled
+
+    def close(self) -> None:
+        """Flush a spill file (the caller renames it into place)."""
+        self._seal()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        return self.as_dict()
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every step as columns (numpy arrays); reads a spill file back if there is one."""
+        if self._spilled:
+            import pyarrow.parquet as pq
+
+            self.close()
+            table = pq.read_table(self.spill_path)
+            return {name: table.column(name).to_numpy() for name in table.column_names}
+        self._seal_in_memory()
+        out: dict[str, Any] = {}
+        for name in STEP_COLUMNS:
+            parts = [chunk[name] for chunk in self.chunks]
+            dtype = np.float64 if name in FLOAT_COLUMNS else np.int64
+            out[name] = np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+        nan = float("nan")
+        for key, values in self.extras.items():
+            out[key] = np.asarray([values.get(i, nan) for i in range(self.num_rows)], dtype=np.float64)
         return out
+
+    def _seal_in_memory(self) -> None:
+        spill, self.spill_path = self.spill_path, None
+        try:
+            self._seal()
+        finally:
+            self.spill_path = spill

@@ -74,7 +74,7 @@ def _record_writes(bm, rid, start, n, written):
 @settings(max_examples=100, deadline=None)
 @given(lengths=st.lists(st.integers(1, 30), min_size=1, max_size=10), block_size=st.integers(1, 8))
 def test_tables_cover_exactly_the_stored_positions(lengths, block_size):
-    bm = BlockManager(200, block_size)
+    bm = BlockManager(400, block_size)  # room for 10 x 30 positions at block size 1
     for rid, length in enumerate(lengths):
         bm.allocate(rid, 0)
         bm.append(rid, length)

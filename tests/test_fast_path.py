@@ -74,7 +74,10 @@ def test_fast_path_matches_step_by_step(name, opts, caching):
 
 
 def _expanded(itl):
-    return sorted(v for v, w in zip(itl.values, itl.weights) for _ in range(w))
+    merged: dict[float, int] = {}
+    for value, weight in zip(itl.values, itl.weights):
+        merged[value] = merged.get(value, 0) + weight
+    return sorted(merged.items())
 
 
 @pytest.mark.parametrize("name,opts", [p for p in POLICIES if p[0] != "offload" and "preemption" not in p[1]])

@@ -76,17 +76,17 @@ def test_workload_returns_notes_list():
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"arrivals": {"kind": "poisson", "rate": 0}}, "workload.arrivals.poisson.rate"),
-        ({"arrivals": {"kind": "gamma", "rate": 1}}, "workload.arrivals.gamma.cv: required key is missing"),
+        ({"arrivals": {"kind": "poisson", "rate": 0}}, "workload.arrivals.rate"),
+        ({"arrivals": {"kind": "gamma", "rate": 1}}, "workload.arrivals.cv: required key is missing"),
         ({"prompt_len": {"kind": "uniform", "low": 9, "high": 3}}, "low (9) must be <= high (3)"),
-        ({"prompt_len": {"kind": "fixed", "value": 0}}, "workload.prompt_len.fixed.value"),
+        ({"prompt_len": {"kind": "fixed", "value": 0}}, "workload.prompt_len.value"),
         (
             {"prompt_len": {"kind": "lognormal", "median": 5, "sigma": 1, "min": 10, "max": 2}},
             "min (10) must be <= max (2)",
         ),
-        ({"output_len": {"kind": "empirical", "values": []}}, "workload.output_len.empirical.values"),
+        ({"output_len": {"kind": "empirical", "values": []}}, "workload.output_len.values"),
         ({"num_request": 5}, "did you mean 'num_requests'"),
-        ({"arrivals": {"kind": "poisson", "rate": 1, "burst": 2}}, "workload.arrivals.poisson.burst: unknown key"),
+        ({"arrivals": {"kind": "poisson", "rate": 1, "burst": 2}}, "workload.arrivals.burst: unknown key"),
         ({"arrivals": {"kind": "poison", "rate": 1}}, "'poison'"),
     ],
 )
@@ -119,7 +119,7 @@ def test_trace_options_validated():
     assert "did you mean 'prompt_len'" in error_text(
         {"trace": {"path": "t.csv", "format": "csv", "columns": {"prompt_lens": "x"}}})
     assert "trace format" in error_text({"trace": {"path": "t.csv"}})
-    assert "workload.trace.burstgpt.block_size: unknown key" in error_text(
+    assert "workload.trace.block_size: unknown key" in error_text(
         {"trace": {"path": "t.csv", "format": "burstgpt", "block_size": 3}})
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simcore.errors import ConfigError
 from simcore.request import Request
 from workloads.arrivals import sample_arrivals
 from workloads.lengths import sample_lengths
@@ -59,6 +60,11 @@ def _build(spec: WorkloadSpec, *, seed: int, base_dir: Path, source: str | None)
 
         data = load_trace(spec, seed=seed, base_dir=base_dir, source=source)
         table, notes = data.frame, data.notes
+        if len(table) == 0:
+            # A header without rows, or filters that dropped every row: almost surely a mistake.
+            detail = f" ({'; '.join(notes)})" if notes else ""
+            raise ConfigError(f"the trace gives no requests{detail}", source=source, where="workload.trace.path",
+                              expected="at least one data row", found=spec.trace.path)
     elif spec.sessions is not None:
         from workloads.sessions import synthetic_sessions
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.spec import EmpiricalLength, FixedLength, LengthDist, LognormalLength, NormalLength, UniformLength
+from workloads.spec import (
+    MAX_TOKENS,
+    EmpiricalLength,
+    FixedLength,
+    LengthDist,
+    LognormalLength,
+    NormalLength,
+    UniformLength,
+)
 
 
 def fixed_lengths(value: int, num: int) -> np.ndarray:
@@ -37,8 +45,9 @@ def empirical_lengths(values: list[int], num: int, rng: np.random.Generator) -> 
 
 
 def _round_clip(draws: np.ndarray, min_len: int, max_len: int | None) -> np.ndarray:
-    upper = np.inf if max_len is None else max_len
-    return np.clip(np.rint(draws), min_len, upper).astype(np.int64)
+    # Without a max, a huge median or sigma must still give lengths that fit int64 (and no NaN).
+    upper = MAX_TOKENS if max_len is None else min(max_len, MAX_TOKENS)
+    return np.clip(np.nan_to_num(np.rint(draws), nan=upper), min_len, upper).astype(np.int64)
 
 
 def sample_lengths(spec: LengthDist, num: int, rng: np.random.Generator) -> np.ndarray:

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from simcore.errors import ConfigError
 from simcore.request import Request, Segment
 from workloads.arrivals import sample_arrivals
 from workloads.durations import sample_durations
 from workloads.lengths import sample_lengths
 from workloads.prefix import draw_prefixes, prefix_segment
-from workloads.spec import WorkloadSpec
+from workloads.spec import MAX_COUNT, WorkloadSpec
 from workloads.streams import stream
 
 
@@ -102,6 +103,9 @@ def synthetic_sessions(spec: WorkloadSpec, seed: int) -> pd.DataFrame:
     starts = sample_arrivals(spec.arrivals, num_sessions, stream(seed, "arrivals"))
     turn_counts = sample_lengths(sess.turns, num_sessions, stream(seed, "turns"))
     num_turns = int(turn_counts.sum())
+    if num_turns > MAX_COUNT:
+        raise ConfigError("too many turns in all", where="workload.sessions",
+                          expected=f"at most {MAX_COUNT} (num_sessions x turns)", found=num_turns)
     first_msgs = sample_lengths(spec.prompt_len, num_sessions, stream(seed, "prompt_len"))
     later_msgs = sample_lengths(sess.message_len or spec.prompt_len, num_turns, stream(seed, "message_len"))
     output_lens = sample_lengths(spec.output_len, num_turns, stream(seed, "output_len"))

@@ -34,8 +34,16 @@ if TYPE_CHECKING:
     from workloads.build import Workload
 
 
+# Largest token count a length may have (prompt, output, cap): beyond int32 nothing real runs,
+# and it keeps every sum of lengths inside int64.
+MAX_TOKENS = 2**31 - 1
+# Largest number of requests, sessions or prefixes a workload may ask for.
+MAX_COUNT = 10**9
+
+
 class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Unknown keys are errors; inf and NaN are never meaningful numbers here (except time_window's end).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def _check_order(low: float, high: float | None, low_name: str, high_name: str) -> None:
@@ -85,15 +93,15 @@ ArrivalSpec = Annotated[
 
 class FixedLength(StrictModel):
     kind: Literal["fixed"]
-    value: int = Field(ge=1)
+    value: int = Field(ge=1, le=MAX_TOKENS)
 
 
 class UniformLength(StrictModel):
     """Integers drawn uniformly from [low, high], both ends included."""
 
     kind: Literal["uniform"]
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: int = Field(ge=1, le=MAX_TOKENS)
+    high: int = Field(ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -107,8 +115,8 @@ class LognormalLength(StrictModel):
     kind: Literal["lognormal"]
     median: float = Field(gt=0)
     sigma: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLength:
@@ -122,8 +130,8 @@ class NormalLength(StrictModel):
     kind: Literal["normal"]
     mean: float
     std: float = Field(ge=0)
-    min: int = Field(default=1, ge=1)
-    max: int | None = Field(default=None, ge=1)
+    min: int = Field(default=1, ge=1, le=MAX_TOKENS)
+    max: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
 
     @model_validator(mode="after")
     def _ordered(self) -> NormalLength:
@@ -135,7 +143,7 @@ class EmpiricalLength(StrictModel):
     """Each draw picks one of `values` uniformly (repeat a value to weight it)."""
 
     kind: Literal["empirical"]
-    values: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+    values: list[Annotated[int, Field(ge=1, le=MAX_TOKENS)]] = Field(min_length=1)
 
 
 LengthDist = Annotated[
@@ -201,7 +209,7 @@ class PrefixSpec(StrictModel):
     the workload's `prompt_len` distribution then describes the suffix only.
     """
 
-    num_prefixes: int = Field(ge=1)
+    num_prefixes: int = Field(ge=1, le=MAX_COUNT)
     prefix_len: LengthDist
     choice: Annotated[UniformChoice | ZipfChoice, Field(discriminator="kind")] = UniformChoice(kind="uniform")
     share: float = Field(default=1.0, ge=0, le=1, description="fraction of requests (or sessions) with a prefix")
@@ -214,7 +222,7 @@ class SessionSpec(StrictModel):
     `message_len` (defaults to `prompt_len`); outputs from `output_len`.
     """
 
-    num_sessions: int = Field(ge=1)
+    num_sessions: int = Field(ge=1, le=MAX_COUNT)
     turns: LengthDist
     think_time_s: DurationDist
     message_len: LengthDist | None = None
@@ -232,8 +240,9 @@ GENERIC_COLUMNS = (
 class TraceSample(StrictModel):
     """A random subset of n rows (conversations for sharegpt), kept in arrival order."""
 
-    n: int = Field(ge=1)
+    n: int = Field(ge=1, le=MAX_COUNT)
     seed: int | None = Field(default=None, ge=0, description="defaults to a stream of the experiment seed")
+    replace: bool = Field(default=False, description="draw with replacement (resampling), so n may exceed the rows")
 
 
 class TraceBase(StrictModel):
@@ -245,7 +254,7 @@ class TraceBase(StrictModel):
 class TimedTrace(TraceBase):
     keep_absolute: bool = Field(default=False, description="keep the file's own clock instead of 0 = first row")
     shift_to_zero: bool = Field(default=False, description="after windowing/sampling, start the first request at 0")
-    time_window: tuple[float, float] | None = Field(default=None, description="[start_s, end_s): keep rows inside")
+    time_window: tuple[float, Annotated[float, Field(allow_inf_nan=True)]] | None = Field(default=None, description="[start_s, end_s): keep rows inside")
     time_scale: float | None = Field(default=None, gt=0, description="multiply every gap")
     target_rate: float | None = Field(default=None, gt=0, description="rescale gaps to this mean rate (req/s)")
     lengths_only: bool = Field(default=False, description="keep lengths, draw arrivals from `arrivals`")
@@ -297,7 +306,7 @@ class MooncakeTrace(TimedTrace):
     """Mooncake JSONL: timestamp (ms), input_length, output_length, hash_ids (one per block)."""
 
     format: Literal["mooncake"]
-    block_size: int = Field(default=512, ge=1)
+    block_size: int = Field(default=512, ge=1, le=MAX_TOKENS)
 
 
 class ShareGptTrace(TraceBase):
@@ -343,11 +352,11 @@ TraceSpec = Annotated[
 
 
 class WorkloadSpec(StrictModel):
-    num_requests: int | None = Field(default=None, ge=1)
+    num_requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     arrivals: ArrivalSpec | None = None
     prompt_len: LengthDist | None = None
     output_len: LengthDist | None = None
-    max_tokens: int | None = Field(default=None, ge=1, description="cap on every request's outputs")
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS, description="cap on every request's outputs")
     prefix: PrefixSpec | None = None
     sessions: SessionSpec | None = None
     trace: TraceSpec | None = None

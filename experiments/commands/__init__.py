@@ -6,4 +6,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("experiments.commands.run", "simulate an experiment file and write a results folder"),
     "kv-size": ("experiments.commands.kv_size", "KV-cache bytes for a model geometry (seed eq. 21.2)"),
     "profile": ("experiments.commands.profile", "time a grid of step shapes on the real torch engine"),
+    "sweep": ("experiments.commands.sweep", "run every point of an experiment's sweep/variants (resumable)"),
+    "report": ("experiments.commands.report", "print comparison tables for a run or sweep results folder"),
+    "plot": ("experiments.commands.plot", "write comparison plots for a run or sweep results folder"),
+    "capacity": ("experiments.commands.capacity", "find the highest request rate meeting SLOs, per policy"),
+    "export": ("experiments.commands.export", "write results as vLLM `bench serve` result JSON"),
+    "compare": ("experiments.commands.compare", "compare a vLLM `bench serve` result with simulated results"),
+    "docs": ("experiments.commands.docs", "generate docs/yaml-reference.md from the experiment schema"),
 }

@@ -61,10 +61,12 @@ def numbers(frame: pd.DataFrame, column: str, *, source: Path, unit: str, label:
     missing = np.flatnonzero(~np.isfinite(result))
     if len(missing):
         i = int(missing[0])
-        raise ConfigError(
-            "empty or non-finite value", source=str(source), where=where(unit, int(frame["row"].iat[i]), label),
-            expected="a number", found=str(values.iat[i]),
-        )
+        place = where(unit, int(frame["row"].iat[i]), label)
+        if np.isnan(result[i]) and _is_missing(frame[column].iat[i]):
+            raise ConfigError("empty cell" if unit == "row" else "missing value", source=str(source), where=place,
+                              expected="a number")
+        raise ConfigError("non-finite value", source=str(source), where=place, expected="a finite number",
+                          found=str(values.iat[i]))
     return result
 
 
@@ -72,13 +74,16 @@ def token_counts(
     frame: pd.DataFrame, column: str, *, source: Path, unit: str, label: str | None = None, minimum: int = 1
 ) -> np.ndarray:
     """A column of token counts as int64: whole numbers >= minimum, else an error naming the row."""
+    from workloads.spec import MAX_TOKENS
+
     values = numbers(frame, column, source=source, unit=unit, label=label)
-    bad = np.flatnonzero((values != np.floor(values)) | (values < minimum))
+    bad = np.flatnonzero((values != np.floor(values)) | (values < minimum) | (values > MAX_TOKENS))
     if len(bad):
         i = int(bad[0])
         raise ConfigError(
             "bad token count", source=str(source), where=where(unit, int(frame["row"].iat[i]), label or column),
-            expected=f"a whole number >= {minimum}", found=_plain(values[i]),
+            expected=f"a whole number >= {minimum}" if values[i] <= MAX_TOKENS else f"at most {MAX_TOKENS}",
+            found=_plain(values[i]),
         )
     return values.astype(np.int64)
 
@@ -93,14 +98,21 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     """The objects of a JSONL file and their 1-based line numbers (blank lines skipped)."""
     records: list[dict[str, Any]] = []
     lines: list[int] = []
-    with open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
+    with _open_binary(path) as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ConfigError("not UTF-8 text", source=str(path), where=f"line {number}",
+                                  expected="a UTF-8 JSONL file") from None
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"invalid JSON ({exc.msg})", source=str(path), where=f"line {number}") from None
+            except RecursionError:
+                raise ConfigError("invalid JSON (nested too deeply)", source=str(path), where=f"line {number}") from None
             if not isinstance(record, dict):
                 raise ConfigError(
                     "each line must be a JSON object", source=str(path), where=f"line {number}",
@@ -109,6 +121,13 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
             records.append(record)
             lines.append(number)
     return records, lines
+
+
+def _open_binary(path: Path):  # noqa: ANN202 - a binary file object
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise ConfigError(f"cannot open trace ({exc.strerror})", source=str(path)) from None
 
 
 def open_text(path: Path):
@@ -155,7 +174,8 @@ def _scalar_or_nan(value: Any) -> Any:
 
 
 def _plain(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else float(value)
+    value = float(value)
+    return int(value) if value.is_integer() and abs(value) < 2**63 else value
 
 
 def number_turns(frame: pd.DataFrame) -> pd.DataFrame:

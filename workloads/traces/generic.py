@@ -118,7 +118,7 @@ def _content_columns(
         if any(d != _as_number(value) for d in derived):
             raise ConfigError(
                 "prompt_len disagrees with the prompt content", source=str(source), where=where(unit, rows[i], label),
-                expected=f"{derived[0]} (the token ids' count / the segments' sum)", found=value,
+                expected=f"{derived[0]} (the token ids' count / the segments' sum)", found=_plain_value(value),
             )
     lens_frame = pd.DataFrame({"p": given.to_numpy(), "row": rows})
     prompt_lens = token_counts(lens_frame, "p", source=source, unit=unit, label=label)
@@ -220,6 +220,11 @@ def _as_number(value: Any) -> Any:
         return float(value)
     except (TypeError, ValueError):
         return value
+
+
+def _plain_value(value: Any) -> Any:
+    """A cell as a plain Python value (numpy scalars print as np.int64(10) otherwise)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _short(value: Any) -> str:

@@ -55,12 +55,15 @@ def apply_time_options(
 
 
 def sample_rows(frame: pd.DataFrame, sample: TraceSample, *, seed: int, notes: list[str]) -> pd.DataFrame:
-    """n rows drawn without replacement, kept in their original order."""
+    """n rows drawn (without replacement unless sample.replace), kept in their original order."""
     chosen = sample_indices(len(frame), sample, seed=seed, notes=notes)
     return frame.iloc[chosen]
 
 
 def sample_indices(num: int, sample: TraceSample, *, seed: int, notes: list[str], what: str = "rows") -> np.ndarray:
+    if getattr(sample, "replace", False):
+        rng = np.random.default_rng(sample.seed) if sample.seed is not None else stream(seed, "trace_sample")
+        return np.sort(rng.choice(num, sample.n, replace=True))
     if sample.n >= num:
         notes.append(f"sample.n = {sample.n} but only {num} {what} are left; keeping all")
         return np.arange(num)

@@ -44,6 +44,10 @@ def load_conversations(path: Path) -> list[Conversation]:
             data = json.load(handle)
     except OSError as exc:
         raise ConfigError(f"cannot open trace ({exc.strerror})", source=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start})", source=str(path), expected="a UTF-8 JSON file") from None
+    except RecursionError:
+        raise ConfigError("invalid JSON (nested too deeply)", source=str(path)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"invalid JSON ({exc.msg})", source=str(path), where=f"line {exc.lineno}") from None
     if not isinstance(data, list):

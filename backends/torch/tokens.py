@@ -1,0 +1,106 @@
+"""Which token sits at each position of each request: prompt tokens, then the engine's own outputs.
+
+The prompt comes from the plan (`prompt_token_ids`) or, when the workload carries none, from a
+generator seeded by (seed, request_id), so a request's prompt is the same in every step and
+every run. Outputs are appended only when a step reaches the last known token; a recompute
+after preemption re-reads the stored outputs and never samples them again (seed 21.6).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+
+import numpy as np
+
+from simcore.errors import ServesimError
+from simcore.plan import ScheduledSeq
+
+# Synthetic prompts are cheap to regenerate; keep only the recently used ones.
+_PROMPT_CACHE_SIZE = 1024
+
+
+class TokenStore:
+    def __init__(self, vocab_size: int, seed: int) -> None:
+        self.vocab_size = vocab_size
+        self.seed = seed
+        # request id -> prompt length when first seen (later plans may call prompt+outputs the prompt)
+        self._prompt_len: dict[int, int] = {}
+        self._outputs: dict[int, array] = {}
+        self._prompts: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+
+    def num_known(self, request_id: int) -> int:
+        """Prompt plus outputs selected so far: the positions whose token is known."""
+        return self._prompt_len[request_id] + len(self._outputs[request_id])
+
+    def num_outputs(self, request_id: int) -> int:
+        return len(self._outputs[request_id])
+
+    def outputs(self, request_id: int) -> list[int]:
+        return list(self._outputs.get(request_id, ()))
+
+    def set_outputs(self, request_id: int, prompt_len: int, tokens: list[int]) -> None:
+        """Pretend these outputs were already selected (profiling decodes without their prefill)."""
+        self._prompt_len[request_id] = prompt_len
+        self._outputs[request_id] = array("q", tokens)
+
+    def append(self, request_id: int, token: int) -> None:
+        self._outputs[request_id].append(token)
+
+    def forget(self, request_id: int) -> None:
+        self._prompt_len.pop(request_id, None)
+        self._outputs.pop(request_id, None)
+
+    def token_at(self, seq: ScheduledSeq) -> int:
+        """The token at position context_len (a single-query row), without building arrays."""
+        rid, pos = seq.request_id, seq.context_len
+        outs = self._outputs.get(rid)
+        if outs is None or pos >= self._prompt_len[rid] + len(outs) or pos < self._prompt_len[rid]:
+            return int(self.input_ids(seq)[0])  # first sight, prompt position, or an error to report
+        return outs[pos - self._prompt_len[rid]]
+
+    def input_ids(self, seq: ScheduledSeq) -> np.ndarray:
+        """Token ids at positions context_len .. end_len-1 of this request, int64."""
+        rid = seq.request_id
+        if rid not in self._prompt_len:
+            self._prompt_len[rid] = seq.prompt_len
+            self._outputs[rid] = array("q")
+        prompt_len = self._prompt_len[rid]
+        start, end = seq.context_len, seq.end_len
+        known = prompt_len + len(self._outputs[rid])
+        if end > known:
+            raise RuntimeError(
+                f"request {rid}: step processes positions {start}..{end - 1} but only {known} tokens are "
+                f"known (prompt {prompt_len} + {known - prompt_len} outputs); a position is processed "
+                "only after its token was selected"
+            )
+        pieces = []
+        if start < prompt_len:
+            pieces.append(self._prompt(seq, prompt_len)[start:min(end, prompt_len)])
+        if end > prompt_len:
+            outs = self._outputs[rid]
+            pieces.append(np.asarray(outs[max(start, prompt_len) - prompt_len:end - prompt_len], dtype=np.int64))
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def _prompt(self, seq: ScheduledSeq, prompt_len: int) -> np.ndarray:
+        if seq.prompt_token_ids is not None:
+            ids = np.asarray(seq.prompt_token_ids[:prompt_len], dtype=np.int64)
+            if ids.size < prompt_len:
+                raise RuntimeError(f"request {seq.request_id}: {ids.size} prompt token ids for prompt_len {prompt_len}")
+            if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+                raise ServesimError(
+                    f"request {seq.request_id}: prompt token id {int(ids.max())} is outside the model's "
+                    f"vocabulary of {self.vocab_size}; use a model whose tokenizer produced the ids"
+                )
+            return ids
+        key = (seq.request_id, prompt_len)
+        cached = self._prompts.get(key)
+        if cached is None:
+            rng = np.random.default_rng([self.seed % 2**63, seq.request_id % 2**63])
+            cached = rng.integers(0, self.vocab_size, size=prompt_len, dtype=np.int64)
+            self._prompts[key] = cached
+            if len(self._prompts) > _PROMPT_CACHE_SIZE:
+                self._prompts.popitem(last=False)
+        else:
+            self._prompts.move_to_end(key)
+        return cached

@@ -1,0 +1,243 @@
+"""Saturation search: the highest request rate at which each policy (and variant) meets the SLOs.
+
+For every (variant, policy) series the search bisects `workload.arrivals.rate` between --low and
+--high until the bracket is narrower than --tol. A probe passes when every request finished and
+every SLO metric (e.g. p90_ttft_ms) is at or under its limit. All series advance in lockstep, so
+each round's probes run in parallel through the sweep executors; every probe is stored like a
+sweep point (DIR/points/<id>/DONE.json), so an interrupted search resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.config import parse_experiment, policy_labels, set_dotted
+from experiments.io import write_json
+from experiments.sweep import SweepPoint, expand
+from experiments.sweep_exec import Executor, PointTask, make_executor
+from experiments.sweep_store import SweepStore
+from simcore.errors import ConfigError
+
+METRICS = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "median", "p50", "p90", "p95", "p99")
+RATE_PATH = "workload.arrivals.rate"
+
+
+def parse_slo(text: str) -> dict[str, float]:
+    """'ttft_p90_ms=500,tpot_p90_ms=50' -> {'p90_ttft_ms': 500.0, 'p90_tpot_ms': 50.0} (summary names).
+
+    Either order works (ttft_p90_ms or p90_ttft_ms), so the flag reads like the summary keys or
+    like speech."""
+    out: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, raw = item.partition("=")
+        match = re.fullmatch(r"(?:(\w+?)_(\w+?))_ms", name.strip())
+        pair = (match.group(1), match.group(2)) if match else ("", "")
+        stat, metric = pair if pair[0] in STATS else pair[::-1]
+        if stat not in STATS or metric not in METRICS:
+            choices = [f"{m}_{s}_ms" for m in METRICS for s in STATS]
+            raise ConfigError("unknown SLO metric", where="--slo", expected="e.g. ttft_p90_ms or p99_tpot_ms",
+                              found=name.strip(), choices=choices)
+        try:
+            limit = float(raw)
+        except ValueError:
+            raise ConfigError("an SLO limit must be a number of milliseconds", where=f"--slo {name}",
+                              found=raw) from None
+        if limit <= 0:
+            raise ConfigError("an SLO limit must be positive", where=f"--slo {name}", found=raw)
+        out[f"{stat}_{metric}_ms"] = limit
+    if not out:
+        raise ConfigError("give at least one SLO, e.g. --slo ttft_p90_ms=500,tpot_p90_ms=50", where="--slo")
+    return out
+
+
+@dataclass
+class Probe:
+    rate: float
+    passed: bool
+    summary: dict[str, Any]
+    error: str | None = None
+
+
+@dataclass
+class Series:
+    """One (variant, policy) search: its experiment mapping with one policy, and its probes so far."""
+
+    index: int
+    variant: str | None
+    label: str
+    data: dict[str, Any]
+    low: float | None = None  # highest rate known to pass
+    high: float | None = None  # lowest rate known to fail
+    status: str = "searching"  # then: ok, at-high, below-low, error
+    probes: list[Probe] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.label if self.variant is None else f"{self.label} / {self.variant}"
+
+    def probe_at(self, rate: float) -> Probe | None:
+        return next((p for p in self.probes if p.rate == rate), None)
+
+
+@dataclass
+class CapacityResult:
+    name: str
+    slo: dict[str, float]
+    param: str
+    bounds: tuple[float, float, float]
+    series: list[Series]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "slo": self.slo, "param": self.param,
+            "low": self.bounds[0], "high": self.bounds[1], "tol": self.bounds[2],
+            "series": [{
+                "variant": s.variant, "label": s.label, "status": s.status, "max_rate": s.low,
+                "first_failing_rate": s.high,
+                "probes": [{"rate": p.rate, "passed": p.passed, "error": p.error,
+                            **{k: p.summary.get(k) for k in ("completed", "num_requests", *self.slo)}}
+                           for p in sorted(s.probes, key=lambda p: p.rate)],
+            } for s in self.series],
+        }
+
+
+def build_series(data: dict[str, Any], *, source: str | None, param: str = RATE_PATH) -> list[Series]:
+    """One series per (variant, policy), each an experiment with that policy alone."""
+    base = copy.deepcopy(data)
+    base.pop("sweep", None)  # the search itself varies the rate; other sweeps are not combined with it
+    plan = expand(base, source=source)
+    series = []
+    for point in plan.points:
+        labels = policy_labels(point.experiment.policies)
+        for label, policy in zip(labels, point.data["policies"], strict=True):
+            one = copy.deepcopy(point.data)
+            one["policies"] = [{**policy, "label": label}]
+            _check_param(one, param, source)
+            series.append(Series(len(series), point.variant, label, one))
+    return series
+
+
+def _check_param(data: dict[str, Any], param: str, source: str | None) -> None:
+    node: Any = data
+    for part in param.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ConfigError(f"the capacity search varies {param}, which this experiment does not set "
+                              "(a synthetic workload with `arrivals:`, or pass --param)", source=source)
+        node = node[part]
+
+
+def search(
+    series: list[Series],
+    slo: dict[str, float],
+    out: Path,
+    *,
+    low: float,
+    high: float,
+    tol: float,
+    source: str | None,
+    param: str = RATE_PATH,
+    jobs: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+) -> list[Series]:
+    """Bisect every series in lockstep; each round runs all series' probes together."""
+    if not 0 < low < high:
+        raise ConfigError("need 0 < --low < --high", where="--low/--high", found=f"{low}, {high}")
+    if tol <= 0:
+        raise ConfigError("--tol must be positive", where="--tol", found=tol)
+    store = SweepStore(out)
+    with make_executor(executor, jobs=jobs, address=address) as pool:
+        _bisect(series, slo, store, pool, low=low, high=high, tol=tol, source=source, param=param,
+                on_round=on_round)
+    return series
+
+
+def _bisect(series: list[Series], slo: dict[str, float], store: SweepStore, pool: Executor, *, low: float,
+            high: float, tol: float, source: str | None, param: str,
+            on_round: Callable[[int, int], None] | None) -> None:
+    round_no = 0
+    # Round 1 probes both ends of the bracket; later rounds probe each open bracket's midpoint.
+    wanted = {s.index: [low, high] for s in series}
+    while wanted:
+        round_no += 1
+        _run_probes(series, wanted, slo, store, pool, source=source, param=param)
+        wanted = {}
+        for s in series:
+            if s.status != "searching":
+                continue
+            _update(s, low, high)
+            if s.status == "searching":
+                if s.high - s.low <= tol:
+                    s.status = "ok"
+                else:
+                    wanted[s.index] = [round((s.low + s.high) / 2, 6)]
+        if on_round is not None:
+            on_round(round_no, len(wanted))
+
+
+def _update(s: Series, low: float, high: float) -> None:
+    if any(p.error for p in s.probes):
+        s.status = "error"
+        return
+    passed = [p.rate for p in s.probes if p.passed]
+    failed = [p.rate for p in s.probes if not p.passed]
+    if s.probe_at(high) is not None and s.probe_at(high).passed:
+        s.low, s.high, s.status = high, None, "at-high"
+    elif s.probe_at(low) is not None and not s.probe_at(low).passed:
+        s.low, s.high, s.status = None, low, "below-low"
+    else:
+        # Latency need not be perfectly monotone in rate; bracket by the highest pass below the lowest fail.
+        s.high = min(failed)
+        s.low = max([r for r in passed if r < s.high], default=low)
+
+
+def _run_probes(series: list[Series], wanted: dict[int, list[float]], slo: dict[str, float], store: SweepStore,
+                pool: Executor, *, source: str | None, param: str) -> None:
+    points: dict[str, tuple[Series, SweepPoint]] = {}
+    for s in series:
+        for rate in wanted.get(s.index, []):
+            point = _probe_point(s, rate, source=source, param=param)
+            points[point.point_id] = (s, point)
+    todo = [pid for pid in points if not store.is_done(pid)]
+    abs_source = str(Path(source).resolve()) if source else None
+    tasks = [PointTask(pid, points[pid][1].data, abs_source) for pid in todo]
+    for output in pool.run(tasks):
+        store.record(points[output.point_id][1], output)
+    for pid, (s, point) in points.items():
+        rate = point.values[param]
+        if store.is_done(pid):
+            summary = store.read_done(pid)["summaries"][0]
+            s.probes.append(Probe(rate, meets(summary, slo), summary))
+        else:
+            s.probes.append(Probe(rate, False, {}, error=store.read_error(pid) or "no result"))
+
+
+def _probe_point(s: Series, rate: float, *, source: str | None, param: str) -> SweepPoint:
+    data = copy.deepcopy(s.data)
+    set_dotted(data, param, rate, source=source)
+    exp = parse_experiment(copy.deepcopy(data), source=source)
+    digest = hashlib.sha256(json.dumps(exp.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:10]
+    point_id = f"s{s.index:02d}-r{rate:g}-{digest}"
+    return SweepPoint(s.index, point_id, s.variant, {param: rate, "label": s.label}, data, exp)
+
+
+def meets(summary: dict[str, Any], slo: dict[str, float]) -> bool:
+    """Every request finished and every SLO metric is defined and within its limit."""
+    if summary.get("completed") != summary.get("num_requests"):
+        return False
+    return all(summary.get(k) is not None and summary[k] <= limit for k, limit in slo.items())
+
+
+def write_result(result: CapacityResult, out: Path) -> Path:
+    path = Path(out) / "capacity.json"
+    write_json(path, result.as_json())
+    return path

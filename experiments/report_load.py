@@ -1,0 +1,106 @@
+"""Reading a results folder back: a `run` folder or a `sweep` folder, as one table of summaries.
+
+Both kinds become `Results`: one summary row per (point, policy label), with the swept values as
+columns (a run folder is a sweep of one point with no swept keys), plus where each row's
+per-request and per-step tables live.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from experiments.io import read_table
+from simcore.errors import ConfigError
+
+
+@dataclass
+class Results:
+    kind: str  # "run" or "sweep"
+    root: Path
+    # One row per (point, policy label): point_index, point_id, variant, swept keys, then summary keys.
+    summaries: pd.DataFrame
+    keys: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
+    name: str = "experiment"
+
+    def run_folder(self, point_id: str | None) -> Path:
+        """The folder `servesim run` would have written for this point."""
+        return self.root if point_id is None else self.root / "points" / point_id
+
+    def policy_folder(self, row: pd.Series | dict) -> Path:
+        return self.run_folder(row.get("point_id")) / str(row["label"])
+
+    def first_run_folder(self) -> Path:
+        if self.kind == "run" or self.summaries.empty:
+            return self.run_folder(None) if self.kind == "run" else self.root
+        return self.run_folder(str(self.summaries.iloc[0]["point_id"]))
+
+    def series_name(self, row: pd.Series | dict, *, with_keys: list[str] | tuple[str, ...] = ()) -> str:
+        """A legend entry: policy label, then variant and the given swept values when they vary."""
+        parts = [str(row["label"])]
+        if self.variants:
+            parts.append(str(row["variant"]))
+        parts += [f"{short_key(k, self.keys)}={row[k]}" for k in with_keys]
+        return " / ".join(parts)
+
+
+def load_results(path: str | Path) -> Results:
+    root = Path(path)
+    if (root / "sweep.json").is_file():
+        return _load_sweep(root)
+    summary = root / "summary.json"
+    if summary.is_file():
+        data = json.loads(summary.read_text())
+        if isinstance(data, dict):
+            raise ConfigError("this is one policy's folder; give its parent (the results folder)", source=str(root))
+        frame = pd.DataFrame(data)
+        frame.insert(0, "point_index", 0)
+        frame.insert(1, "point_id", None)
+        frame.insert(2, "variant", None)
+        resolved = read_resolved(root)
+        return Results("run", root, frame, name=str(resolved.get("name", root.name)))
+    if not root.exists():
+        raise ConfigError("results folder not found", source=str(root))
+    raise ConfigError("not a results folder: expected summary.json (servesim run) or sweep.json (servesim sweep)",
+                      source=str(root))
+
+
+def _load_sweep(root: Path) -> Results:
+    manifest = json.loads((root / "sweep.json").read_text())
+    dataset = root / "sweep.parquet"
+    if not dataset.is_file():
+        raise ConfigError("sweep.parquet is missing; re-run `servesim sweep` to rebuild it", source=str(root))
+    frame = pd.read_parquet(dataset)
+    return Results("sweep", root, frame, keys=list(manifest["keys"]), variants=list(manifest["variants"]),
+                   name=str(manifest.get("name", root.name)))
+
+
+def read_resolved(run_folder: Path) -> dict[str, Any]:
+    path = run_folder / "resolved.yaml"
+    return yaml.safe_load(path.read_text()) if path.is_file() else {}
+
+
+def read_run_info(run_folder: Path) -> dict[str, Any]:
+    path = run_folder / "run_info.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def read_policy_table(policy_folder: Path, name: str) -> pd.DataFrame:
+    """requests or steps of one policy, whichever format the run wrote."""
+    for suffix in (".parquet", ".csv"):
+        path = policy_folder / f"{name}{suffix}"
+        if path.is_file():
+            return read_table(path)
+    raise ConfigError(f"{name} table not found (expected {name}.parquet or {name}.csv)", source=str(policy_folder))
+
+
+def short_key(key: str, keys: list[str]) -> str:
+    """The last segment of a swept path (`rate`), or the whole path when that would be ambiguous."""
+    last = key.rsplit(".", 1)[-1]
+    return last if sum(k.rsplit(".", 1)[-1] == last for k in keys) == 1 else key

@@ -1,0 +1,75 @@
+"""Running a sweep plan into a folder: skip finished points, run the rest, rebuild the dataset."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from experiments.sweep import SweepPlan, SweepPoint
+from experiments.sweep_exec import PointTask, make_executor
+from experiments.sweep_store import SweepStore
+
+
+@dataclass
+class SweepOutcome:
+    store: SweepStore
+    num_points: int
+    # Points already finished before this run (resumed), and run now.
+    skipped: list[str] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    # point_id -> error message, for points that failed in this run.
+    failed: dict[str, str] = field(default_factory=dict)
+    dataset: Path | None = None
+
+
+def run_sweep(
+    plan: SweepPlan,
+    out: Path,
+    *,
+    jobs: int = 1,
+    executor: str = "local",
+    address: str | None = None,
+    progress: bool = True,
+) -> SweepOutcome:
+    """Run every unfinished point of `plan` into `out`; the dataset is rebuilt even if interrupted."""
+    store = SweepStore(out)
+    store.write_manifest(plan)
+    outcome = SweepOutcome(store, len(plan.points))
+    todo: list[SweepPoint] = []
+    for point in plan.points:
+        (outcome.skipped if store.is_done(point.point_id) else todo).append(point)
+    by_id = {p.point_id: p for p in todo}
+    bar = _progress_bar(len(plan.points), len(outcome.skipped), enabled=progress)
+    try:
+        tasks = [PointTask(p.point_id, p.data, _abs(plan.source)) for p in todo]
+        # A single point needs no pool (or Ray start-up); it runs inline.
+        jobs = min(jobs, len(tasks)) if executor == "local" else jobs
+        with make_executor(executor, jobs=jobs, address=address) as pool:
+            for output in pool.run(tasks):
+                point = by_id[output.point_id]
+                store.record(point, output)
+                if output.error is None:
+                    outcome.ran.append(point.point_id)
+                else:
+                    outcome.failed[point.point_id] = output.error
+                    bar.write(f"servesim: point {point.point_id} ({point.title}) failed: "
+                              f"{output.error.strip().splitlines()[-1]}", file=sys.stderr)
+                bar.set_postfix_str(point.title[:60], refresh=False)
+                bar.update(1)
+    finally:
+        bar.close()
+        outcome.dataset = store.build_dataset(plan)
+    return outcome
+
+
+def _abs(source: str | None) -> str | None:
+    # Workers may start in another directory (Ray), so hand them an absolute path.
+    return str(Path(source).resolve()) if source is not None else None
+
+
+def _progress_bar(total: int, initial: int, *, enabled: bool):  # noqa: ANN202 - tqdm.tqdm
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="point", desc="sweep", file=sys.stderr, disable=not enabled,
+                dynamic_ncols=True, smoothing=0.1)

@@ -1,0 +1,124 @@
+"""A sweep's folder on disk: one results folder per point, a DONE marker, and the combined dataset.
+
+    DIR/sweep.json                 the plan: axes, variants, point ids and their values
+    DIR/points/<point_id>/         the point's own results folder (as `servesim run` writes it)
+    DIR/points/<point_id>/DONE.json   written atomically last; holds the summaries
+    DIR/points/<point_id>/ERROR.json  instead of DONE.json when the point failed
+    DIR/sweep.parquet              one row per (point, policy label), rebuilt from the DONE files
+
+A point is finished iff its DONE.json exists. Every file is written atomically and DONE.json
+last, so an interrupted sweep (Ctrl-C, SIGKILL, power loss) loses at most the points in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from experiments.io import atomic_write_bytes, write_json, write_table
+from experiments.sweep import SweepPlan, SweepPoint
+
+DONE = "DONE.json"
+ERROR = "ERROR.json"
+MANIFEST = "sweep.json"
+DATASET = "sweep.parquet"
+# Columns that lead every dataset row, before the swept keys and the summary metrics.
+ID_COLUMNS = ("point_index", "point_id", "variant")
+
+
+@dataclass
+class PointOutput:
+    """What a worker hands back: the point's results folder as bytes, or the error that stopped it."""
+
+    point_id: str
+    files: dict[str, bytes]
+    summaries: list[dict[str, Any]]
+    error: str | None = None
+
+
+class SweepStore:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.points_dir = self.root / "points"
+
+    def point_dir(self, point_id: str) -> Path:
+        return self.points_dir / point_id
+
+    def is_done(self, point_id: str) -> bool:
+        return (self.point_dir(point_id) / DONE).is_file()
+
+    def read_done(self, point_id: str) -> dict[str, Any]:
+        return json.loads((self.point_dir(point_id) / DONE).read_text())
+
+    def read_error(self, point_id: str) -> str | None:
+        path = self.point_dir(point_id) / ERROR
+        return json.loads(path.read_text())["error"] if path.is_file() else None
+
+    def write_manifest(self, plan: SweepPlan) -> None:
+        write_json(self.root / MANIFEST, plan.manifest())
+
+    def record(self, point: SweepPoint, output: PointOutput) -> None:
+        """Store a finished (or failed) point: results files first, DONE.json (or ERROR.json) last."""
+        folder = self.point_dir(point.point_id)
+        if folder.exists():
+            # Leftovers of an interrupted or failed attempt: start clean so no stale file survives.
+            shutil.rmtree(folder)
+        if output.error is not None:
+            write_json(folder / ERROR, {**_identity(point), "error": output.error})
+            return
+        for rel, data in sorted(output.files.items()):
+            atomic_write_bytes(folder / rel, data)
+        write_json(folder / DONE, {**_identity(point), "summaries": output.summaries})
+
+    def stale_folders(self, plan: SweepPlan) -> list[str]:
+        """Point folders that belong to no point of this plan (an earlier, different sweep)."""
+        if not self.points_dir.is_dir():
+            return []
+        known = {p.point_id for p in plan.points}
+        return sorted(p.name for p in self.points_dir.iterdir() if p.is_dir() and p.name not in known)
+
+    def build_dataset(self, plan: SweepPlan) -> Path:
+        """sweep.parquet from the DONE files of this plan's finished points, in point order."""
+        return write_table(dataset_frame(plan, self), self.root / "sweep", "parquet")
+
+
+def _identity(point: SweepPoint) -> dict[str, Any]:
+    return {"index": point.index, "point_id": point.point_id, "variant": point.variant, "values": point.values}
+
+
+def dataset_frame(plan: SweepPlan, store: SweepStore) -> pd.DataFrame:
+    columns = [*ID_COLUMNS, *plan.keys]
+    rows: list[dict[str, Any]] = []
+    for point in plan.points:
+        if not store.is_done(point.point_id):
+            continue
+        done = store.read_done(point.point_id)
+        config = {"point_index": point.index, "point_id": point.point_id, "variant": point.variant}
+        config.update({key: _cell(point.values[key]) for key in plan.keys})
+        for summary in done["summaries"]:
+            row = dict(config)
+            for key, value in summary.items():
+                if key not in row:
+                    row[key] = value
+                    if key not in columns:
+                        columns.append(key)
+            rows.append(row)
+    frame = pd.DataFrame(rows, columns=columns)
+    for key in plan.keys:
+        kinds = {type(v) for v in frame[key] if v is not None}
+        if len(kinds) > 1 and not kinds <= {int, float}:
+            # Parquet columns need one type: a key swept over mixed kinds (64 and "auto") becomes text.
+            frame[key] = [None if v is None else json.dumps(v) for v in frame[key]]
+    return frame
+
+
+def _cell(value: Any) -> Any:
+    # Parquet columns need one type; a swept mapping or list (a whole arrival spec) goes in as JSON.
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return value

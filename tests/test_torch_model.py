@@ -1,0 +1,136 @@
+"""The engine's model against transformers: same weights, same logits, same greedy tokens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from backends.torch.factory import build_engine  # noqa: E402
+from simcore.errors import ServesimError  # noqa: E402
+from tests.test_torch_support import (  # noqa: E402
+    CPU,
+    LLAMA3_SCALING,
+    engine_for,
+    hf_logits,
+    hf_model,
+    seq,
+    step,
+    tiny_spec,
+)
+
+ATOL = 2e-4
+
+VARIANTS = {
+    "gqa-llama3-untied": dict(kv_heads=2, rope_scaling=LLAMA3_SCALING),
+    "mha-tied": dict(kv_heads=4, tied=True),
+    "mqa-llama3-tied": dict(kv_heads=1, tied=True, rope_scaling=LLAMA3_SCALING),
+    "qwen2-bias": dict(kv_heads=2, bias=True),
+}
+
+
+def prompt_of(n: int, offset: int = 3, vocab: int = 128) -> list[int]:
+    return [(offset + 7 * i) % vocab for i in range(n)]
+
+
+@pytest.fixture(scope="module", params=list(VARIANTS))
+def pair(request):
+    spec = tiny_spec(**VARIANTS[request.param])
+    hf = hf_model(spec)
+    return spec, hf
+
+
+def test_prefill_logits_match_transformers(pair):
+    spec, hf = pair
+    engine = engine_for(spec, hf=hf)
+    engine.keep_logits = "all"
+    prompt = prompt_of(37)
+    engine.execute(step(seq(1, 37, 0, prompt, range(10))))
+    torch.testing.assert_close(engine.last_logits[1], hf_logits(hf, prompt), atol=ATOL, rtol=0)
+
+
+def test_chunked_prefill_and_decode_logits_match_transformers(pair):
+    spec, hf = pair
+    engine = engine_for(spec, hf=hf)
+    engine.keep_logits = "all"
+    prompt = prompt_of(37, offset=11)
+    table = [9, 2, 30, 4, 17, 6, 12, 8, 21, 1, 40, 3]  # scattered physical blocks
+    reference = hf_logits(hf, prompt)
+    start = 0
+    for chunk in (10, 13, 14):  # chunk edges fall inside blocks of 4
+        new = engine.execute(step(seq(1, chunk, start, prompt, table, selects=start + chunk == 37)))
+        torch.testing.assert_close(engine.last_logits[1], reference[start:start + chunk], atol=ATOL, rtol=0)
+        start += chunk
+    tokens = prompt + [new[1]]
+    for _ in range(6):  # decodes: each step's logits against a full recomputation by transformers
+        n = len(tokens)
+        new = engine.execute(step(seq(1, 1, n - 1, prompt, table)))
+        torch.testing.assert_close(engine.last_logits[1], hf_logits(hf, tokens)[-1:], atol=ATOL, rtol=0)
+        tokens.append(new[1])
+
+
+def test_greedy_tokens_equal_generate(pair):
+    spec, hf = pair
+    engine = engine_for(spec, hf=hf)
+    prompts = {1: prompt_of(13, offset=5), 2: prompt_of(29, offset=50)}
+    tables = {1: [0, 1, 2, 3, 4, 5, 6], 2: [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]}
+    num_new = 8
+    engine.execute(step(*(seq(r, len(p), 0, p, tables[r]) for r, p in prompts.items())))
+    for k in range(num_new - 1):  # both requests decode in the same batch
+        engine.execute(step(*(seq(r, 1, len(p) + k, p, tables[r]) for r, p in prompts.items())))
+    for rid, prompt in prompts.items():
+        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=num_new, use_cache=True,
+                          attention_mask=torch.ones(1, len(prompt), dtype=torch.long), pad_token_id=0)
+        assert engine.output_token_ids(rid) == out[0, len(prompt):].tolist()
+
+
+def _write_sharded(hf, directory, spec) -> None:
+    from safetensors.torch import save_file
+
+    state = {k: v.contiguous() for k, v in hf.state_dict().items()}
+    names = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    weight_map = {}
+    for file, keys in shards.items():
+        save_file({k: state[k] for k in keys}, str(directory / file))
+        weight_map.update(dict.fromkeys(keys, file))
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    hf.config.save_pretrained(directory)
+
+
+def test_loads_sharded_safetensors_checkpoint(tmp_path):
+    spec = tiny_spec(rope_scaling=LLAMA3_SCALING)
+    hf = hf_model(spec, seed=3)
+    _write_sharded(hf, tmp_path, spec)
+    engine = build_engine(spec, device=CPU, dtype=torch.float32, num_blocks=16, block_size=4, weights=tmp_path,
+                          attention="portable")
+    engine.keep_logits = "all"
+    prompt = prompt_of(9)
+    engine.execute(step(seq(1, 9, 0, prompt, range(3))))
+    torch.testing.assert_close(engine.last_logits[1], hf_logits(hf, prompt), atol=ATOL, rtol=0)
+
+
+def test_checkpoint_of_other_geometry_is_refused(tmp_path):
+    hf = hf_model(tiny_spec(kv_heads=4))
+    _write_sharded(hf, tmp_path, None)
+    with pytest.raises(ServesimError, match="num_key_value_heads"):
+        build_engine(tiny_spec(kv_heads=2), device=CPU, dtype=torch.float32, num_blocks=4, block_size=4,
+                     weights=tmp_path)
+    (tmp_path / "config.json").unlink()  # without config.json the tensor shapes still catch it
+    with pytest.raises(ServesimError, match="shape"):
+        build_engine(tiny_spec(kv_heads=2), device=CPU, dtype=torch.float32, num_blocks=4, block_size=4,
+                     weights=tmp_path)
+
+
+def test_checkpoint_missing_tensors_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    hf = hf_model(tiny_spec())
+    state = {k: v.contiguous() for k, v in hf.state_dict().items() if "layers.1.mlp.up_proj" not in k}
+    save_file(state, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ServesimError, match="does not fill"):
+        build_engine(tiny_spec(), device=CPU, dtype=torch.float32, num_blocks=4, block_size=4, weights=tmp_path)
