@@ -240,9 +240,13 @@ def parse_experiment(data: dict[str, Any], *, source: str | None) -> Experiment:
         raise config_error_from_pydantic(exc, source=source, model=Experiment) from None
 
 
-def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
-    path = Path(path)
-    data = load_yaml(path)
+def load_raw(path: str | Path, overrides: list[str] | None = None) -> dict[str, Any]:
+    """An experiment file's mapping with `--set` overrides applied, not yet validated."""
+    data = load_yaml(Path(path))
     if overrides:
         apply_overrides(data, overrides, source=str(path))
-    return parse_experiment(data, source=str(path))
+    return data
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    return parse_experiment(load_raw(path, overrides), source=str(path))

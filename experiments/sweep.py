@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from experiments.config import PolicyConfig, apply_overrides, load_yaml, parse_experiment, set_dotted
+from experiments.config import PolicyConfig, load_raw, parse_experiment, set_dotted
 from simcore.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -88,11 +88,7 @@ class SweepPlan:
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepPlan:
     """Read an experiment file, apply `--set` overrides, and expand its sweep into points."""
-    path = Path(path)
-    data = load_yaml(path)
-    if overrides:
-        apply_overrides(data, overrides, source=str(path))
-    return expand(data, source=str(path))
+    return expand(load_raw(path, overrides), source=str(path))
 
 
 def expand(data: dict[str, Any], *, source: str | None) -> SweepPlan:

@@ -10,6 +10,7 @@ to `BlockManager` (tested); the runner picks it automatically.
 from __future__ import annotations
 
 from simcore.block_manager import PrefixHit
+from simcore.decode_blocks import blocks_added_by_step, first_new_block_step, max_steps_within
 
 
 class BlockCounter:
@@ -87,40 +88,14 @@ class BlockCounter:
         raise RuntimeError("BlockCounter keeps no block ids; use BlockManager where tables are read")
 
     def max_decode_steps(self, request_ids: list[int], limit: int) -> int:
-        bs = self.block_size
-        firsts = []
-        for rid in request_ids:
-            first = self.num_table_blocks[rid] * bs - self.num_positions[rid] + 1
-            if first <= limit:
-                firsts.append(first)
-        if not firsts:
-            return limit
-
-        def needed(num_steps: int) -> int:
-            return sum((num_steps - f) // bs + 1 for f in firsts if f <= num_steps)
-
-        if needed(limit) <= self._free:
-            return limit
-        low, high = 0, limit
-        while high - low > 1:
-            mid = (low + high) // 2
-            if needed(mid) <= self._free:
-                low = mid
-            else:
-                high = mid
-        return low
+        return max_steps_within(self._first_new_block_steps(request_ids), self.block_size, self._free, limit)
 
     def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int) -> list[int]:
+        return blocks_added_by_step(self._first_new_block_steps(request_ids), self.block_size, num_steps)
+
+    def _first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         bs = self.block_size
-        added = [0] * (num_steps + 1)
-        for rid in request_ids:
-            step = self.num_table_blocks[rid] * bs - self.num_positions[rid] + 1
-            while step <= num_steps:
-                added[step] += 1
-                step += bs
-        for j in range(1, num_steps + 1):
-            added[j] += added[j - 1]
-        return added[1:]
+        return [first_new_block_step(self.num_table_blocks[rid] * bs, self.num_positions[rid]) for rid in request_ids]
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
         bs = self.block_size

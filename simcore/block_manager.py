@@ -14,6 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from simcore.decode_blocks import blocks_added_by_step, first_new_block_step, max_steps_within
 from simcore.prefix import BlockContent
 
 
@@ -212,48 +213,20 @@ class BlockManager:
     def max_decode_steps(self, request_ids: list[int], limit: int) -> int:
         """Most steps (<= limit) in which every request appends one position without running
         out of blocks or hitting a copy-on-write."""
-        bs = self.block_size
+        if any(self._needs_copy_on_write(rid) for rid in request_ids):
+            return 0
         # With a spill hook, reusing a cached block must be planned (its copy-out), so a
         # stretch may only use truly free blocks.
         free = len(self.free_blocks) if self.on_evict is not None else self.num_free_blocks
-        firsts = []  # per request: steps until it first needs a new block, if within the limit
-        for rid in request_ids:
-            stored = self.num_positions[rid]
-            capacity = len(self.block_tables[rid]) * bs
-            if self._needs_copy_on_write(rid):
-                return 0
-            first = capacity - stored + 1  # the step that writes position `capacity`
-            if first <= limit:
-                firsts.append(first)
-        if not firsts:
-            return limit
-
-        def needed(num_steps: int) -> int:
-            return sum((num_steps - f) // bs + 1 for f in firsts if f <= num_steps)
-
-        if needed(limit) <= free:
-            return limit
-        low, high = 0, limit  # needed(low) <= free < needed(high)
-        while high - low > 1:
-            mid = (low + high) // 2
-            if needed(mid) <= free:
-                low = mid
-            else:
-                high = mid
-        return low
+        return max_steps_within(self._first_new_block_steps(request_ids), self.block_size, free, limit)
 
     def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int) -> list[int]:
         """Extra blocks in use after each of the next `num_steps` decode steps (for step records)."""
+        return blocks_added_by_step(self._first_new_block_steps(request_ids), self.block_size, num_steps)
+
+    def _first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         bs = self.block_size
-        added = [0] * (num_steps + 1)
-        for rid in request_ids:
-            step = len(self.block_tables[rid]) * bs - self.num_positions[rid] + 1
-            while step <= num_steps:
-                added[step] += 1
-                step += bs
-        for j in range(1, num_steps + 1):
-            added[j] += added[j - 1]
-        return added[1:]
+        return [first_new_block_step(len(self.block_tables[rid]) * bs, self.num_positions[rid]) for rid in request_ids]
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
         """Append one position per request per step for `num_steps` steps (no copy-on-write).
@@ -263,10 +236,7 @@ class BlockManager:
         """
         bs = self.block_size
         events: list[tuple[int, int]] = []
-        for index, rid in enumerate(request_ids):
-            stored = self.num_positions[rid]
-            capacity = len(self.block_tables[rid]) * bs
-            step = capacity - stored + 1
+        for index, step in enumerate(self._first_new_block_steps(request_ids)):
             while step <= num_steps:
                 events.append((step, index))
                 step += bs

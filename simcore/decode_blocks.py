@@ -1,0 +1,45 @@
+"""Block arithmetic of runs of decode steps, shared by the id-tracking and the counting managers.
+
+A request that holds `capacity` slots and stores `stored` positions first needs a new block at
+step capacity - stored + 1 (the step that writes position `capacity`), then every block_size
+steps after that.
+"""
+
+from __future__ import annotations
+
+
+def first_new_block_step(capacity: int, stored: int) -> int:
+    return capacity - stored + 1
+
+
+def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) -> int:
+    """Most steps (<= limit) whose new blocks, for requests first needing one at `firsts`, fit in `free`."""
+    firsts = [f for f in firsts if f <= limit]
+    if not firsts:
+        return limit
+
+    def needed(num_steps: int) -> int:
+        return sum((num_steps - f) // block_size + 1 for f in firsts if f <= num_steps)
+
+    if needed(limit) <= free:
+        return limit
+    low, high = 0, limit  # needed(low) <= free < needed(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if needed(mid) <= free:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def blocks_added_by_step(firsts: list[int], block_size: int, num_steps: int) -> list[int]:
+    """Cumulative new blocks after each of the next `num_steps` steps."""
+    added = [0] * (num_steps + 1)
+    for step in firsts:
+        while step <= num_steps:
+            added[step] += 1
+            step += block_size
+    for j in range(1, num_steps + 1):
+        added[j] += added[j - 1]
+    return added[1:]
