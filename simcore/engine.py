@@ -19,6 +19,7 @@ from pathlib import Path
 import simpy
 
 from backends.base import CostModel, step_extras
+from policies.protocol import Policy
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.request import Request, Status
@@ -60,7 +61,7 @@ class RunResult:
 
 def simulate(
     requests: Sequence[Request],
-    policy,  # noqa: ANN001 - any object with add/schedule/complete/has_work (see policies.base)
+    policy: Policy,
     cost_model: CostModel,
     *,
     limits: RunLimits | None = None,
