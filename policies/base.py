@@ -481,7 +481,10 @@ class BasePolicy:
         finishes is included; arrivals are the engine's to bound.
         """
         running = self.running
-        if not running or self.swapped or self._preempted_at.keys() & {r.request_id for r in running}:
+        # The newest request is the one most likely still prefilling: look there first.
+        if not running or self.swapped or running[-1].is_prefilling:
+            return 0
+        if self._preempted_at and self._preempted_at.keys() & {r.request_id for r in running}:
             return 0
         if not self._decodes_all_fit(len(running)):
             return 0

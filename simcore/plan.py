@@ -5,7 +5,7 @@ Plain frozen data, produced by a policy's `schedule()` and consumed by `complete
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -53,18 +53,23 @@ class StepPlan:
     # Requests preempted while forming this plan (they do not run in it).
     preempted_ids: tuple[int, ...] = ()
 
-    @property
-    def num_batched_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.seqs)
+    # Token counts, derived once from `seqs` (read by cost models and step records).
+    num_batched_tokens: int = field(init=False, default=0)
+    num_prefill_tokens: int = field(init=False, default=0)
+    num_decode_tokens: int = field(init=False, default=0)
+    num_selecting: int = field(init=False, default=0)
 
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(s.num_new_tokens for s in self.seqs if not s.is_decode)
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return sum(1 for s in self.seqs if s.is_decode)
-
-    @property
-    def num_selecting(self) -> int:
-        return sum(1 for s in self.seqs if s.selects_token)
+    def __post_init__(self) -> None:
+        batched = prefill = decode = selecting = 0
+        for seq in self.seqs:
+            batched += seq.num_new_tokens
+            if seq.num_new_tokens == 1 and seq.context_len >= seq.prompt_len:
+                decode += 1
+            else:
+                prefill += seq.num_new_tokens
+            if seq.selects_token:
+                selecting += 1
+        object.__setattr__(self, "num_batched_tokens", batched)
+        object.__setattr__(self, "num_prefill_tokens", prefill)
+        object.__setattr__(self, "num_decode_tokens", decode)
+        object.__setattr__(self, "num_selecting", selecting)

@@ -10,7 +10,7 @@ with prompt_len + N - 1 processed (cached) positions: the last selected token is
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # One piece of prompt content: (content key, number of tokens). Equal keys mean equal tokens,
 # so prefix identity can be computed per block without materialising token ids (seed 21.4).
@@ -74,7 +74,11 @@ class Request:
     swap_delay_s: float = 0.0
     recompute_delay_s: float = 0.0
 
+    # Derived once (read in every step's hot loop): min(output_len, max_tokens).
+    _num_target: int = field(init=False, repr=False, compare=False, default=0)
+
     def __post_init__(self) -> None:
+        self._num_target = self.output_len if self.max_tokens is None else min(self.output_len, self.max_tokens)
         if self.prompt_len < 1:
             raise ValueError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
         if self.output_len < 1:
@@ -83,9 +87,7 @@ class Request:
     @property
     def num_target_outputs(self) -> int:
         """Outputs this request will produce: the workload's length, capped by max_tokens."""
-        if self.max_tokens is None:
-            return self.output_len
-        return min(self.output_len, self.max_tokens)
+        return self._num_target
 
     @property
     def num_tokens(self) -> int:
@@ -109,4 +111,4 @@ class Request:
     @property
     def is_prefilling(self) -> bool:
         """True while the prompt (or a recompute of prompt + outputs) is not fully processed."""
-        return self.num_pending > 1 or self.num_outputs == 0
+        return self.num_outputs == 0 or self.prompt_len + self.num_outputs - self.num_processed > 1
