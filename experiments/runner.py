@@ -109,6 +109,8 @@ def run_experiment(
         result = simulate(template, policy, cost_model, limits=limits, on_finished=sink.add, steps_spill=spill)
         sink.add([*result.finished, *result.rejected, *result.unfinished])
         frame = sink.frame()
+        if limits.check_invariants:
+            _check_conservation(frame, template)
         summary = summarize_frame(frame, itl=policy.itl, slo_ms=exp.metrics.slo.as_dict() or None,
                                   extra=_policy_extra(policy, result, frame))
         summary = {"label": label, "policy": policy_cfg.name, **summary}
@@ -122,6 +124,13 @@ def run_experiment(
     if out_dir is not None:
         write_experiment_files(out_dir, run)
     return run
+
+
+def _check_conservation(frame: pd.DataFrame, template: list[Request]) -> None:
+    """Every request that arrived is reported exactly once: finished, rejected or unfinished."""
+    ids = frame["request_id"].to_numpy()
+    if len(ids) != len(template) or len(set(ids.tolist())) != len(ids):
+        raise AssertionError(f"{len(template)} requests in the workload, {len(ids)} rows ({len(set(ids.tolist()))} ids)")
 
 
 def _make_policy(label: str, source: str | None, name: str, **kwargs):  # noqa: ANN003, ANN202

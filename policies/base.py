@@ -206,6 +206,7 @@ class BasePolicy:
                 prompt_len=request.prompt_len,
                 block_table=self.bm.table(request.request_id) if self.emit_block_tables else (),
                 prompt_token_ids=request.prompt_token_ids,
+                segments=request.segments,
             )
         )
         builder.scheduled.add(request.request_id)
@@ -241,6 +242,7 @@ class BasePolicy:
                 builder.seqs.append(ScheduledSeq(
                     request.request_id, 1, request.num_processed, True, request.prompt_len,
                     self.bm.table(request.request_id) if tables else (), request.prompt_token_ids,
+                    request.segments,
                 ))
             builder.scheduled.update(ids)
             budget.num_tokens -= len(decoders)
@@ -587,6 +589,14 @@ class BasePolicy:
                 raise AssertionError(f"waiting request {request.request_id} still holds blocks")
         if self.hasher is not None and self.bm.enable_prefix_caching:
             self._check_salt_isolation()
+
+    def check_drained(self) -> None:
+        """After a run that finished everything: no block held in either tier (no leaks)."""
+        self.check()
+        if self.bm.num_used_blocks:
+            raise AssertionError(f"{self.bm.num_used_blocks} KV blocks still referenced after the run")
+        if self.host is not None and self.host.tables:
+            raise AssertionError(f"{len(self.host.tables)} requests still hold host blocks after the run")
 
     def _check_salt_isolation(self) -> None:
         owners: dict[int, tuple] = {}

@@ -47,3 +47,6 @@ class Policy(Protocol):
 
     def check(self) -> None:
         """Raise AssertionError if block accounting or request state is inconsistent."""
+
+    def check_drained(self) -> None:
+        """Raise AssertionError if any block is still held after every request finished."""

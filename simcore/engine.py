@@ -267,6 +267,8 @@ def simulate(
                 unfinished.append(dataclasses.replace(template, status=Status.UNFINISHED))
     flush(final=True)
     log.close()
+    if limits.check_invariants and state["end"] == "done":
+        policy.check_drained()
     return RunResult(
         finished=list(policy.finished),
         rejected=list(policy.rejected),

@@ -26,6 +26,9 @@ class ScheduledSeq(NamedTuple):
     block_table: tuple[int, ...] = ()
     # Prompt content when the workload carries token ids (the real engine feeds them).
     prompt_token_ids: tuple[int, ...] | None = None
+    # Prompt content as keyed segments ((content key, tokens), ...) when the workload gives them, so
+    # the real engine can synthesize equal tokens for equal keys (shared prefixes hit shared KV).
+    segments: tuple | None = None
 
     @property
     def is_decode(self) -> bool:
