@@ -42,6 +42,11 @@ class ConstantCostModel:
         compute = self.step_s + self.per_token_s * batch_size + self.per_request_s * batch_size
         return np.full(num_steps, compute + 0.0)
 
+    def aggregate_step_times(self, num_tokens, num_seqs, num_selecting, attn_work, kv_positions) -> np.ndarray:  # noqa: ANN001
+        """Times of steps given by their aggregate shape, bit-equal to step_time without transfers."""
+        compute = self.step_s + self.per_token_s * np.asarray(num_tokens) + self.per_request_s * np.asarray(num_seqs)
+        return np.asarray(compute + 0.0, dtype=np.float64)
+
     def transfer_time(self, plan: StepPlan) -> float:
         num_moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)
         if num_moved == 0 or self.link_bytes_per_s <= 0:

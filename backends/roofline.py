@@ -149,6 +149,13 @@ class RooflineCostModel:
                                    sum_context + batch_size, np.maximum)
         return np.asarray(times, dtype=np.float64)
 
+    def aggregate_step_times(self, num_tokens: Any, num_seqs: Any, num_selecting: int, attn_work: Any,
+                             kv_positions: Any) -> np.ndarray:
+        """Times of steps given by their aggregate shape (integer arrays or scalars), bit-equal
+        to step_time on plans of that shape without transfers: the fast path's pricing."""
+        times = self._compute_time(num_tokens, num_seqs, num_selecting, attn_work, kv_positions, np.maximum)
+        return np.asarray(times, dtype=np.float64)
+
     def transfer_time(self, plan: StepPlan) -> float:
         """Swap-in plus swap-out: per direction one latency and blocks x block bytes / link rate."""
         total = 0.0
@@ -246,11 +253,18 @@ def make_roofline(params: dict, ctx: CostContext) -> RooflineCostModel:
     from simcore.presets import get_hardware
 
     source = str(ctx.source) if ctx.source is not None else None
-    names = tunable_names()
+    names = [*tunable_names(), "calibration"]
     for key in params:
         if key not in names:
             raise ConfigError("unknown roofline parameter", source=source, where=f"cost_model.{key}",
                               expected=f"one of {names}", found=str(key), choices=names)
+    if "calibration" in params:
+        # A file from `servesim calibrate`; parameters given beside it override the file's.
+        from backends.calibration import load_calibration, resolve_calibration_path
+
+        params = dict(params)
+        path = resolve_calibration_path(params.pop("calibration"), ctx.source, "cost_model.calibration")
+        params = {**load_calibration(path, hardware=ctx.hardware_name, source=source), **params}
     hardware = get_hardware(ctx.hardware_name, source=ctx.source)
     try:
         return RooflineCostModel(

@@ -16,6 +16,7 @@ from typing import Literal
 from policies.budget import StepBudget
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
+from policies.stretch import Stretch
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
 from simcore.plan import ScheduledSeq, StepPlan
@@ -471,37 +472,33 @@ class BasePolicy:
         request.finish_s = at
         self.finished.append(request)
 
-    # ---- decode stretches (the fast path) ------------------------------------------------
+    # ---- stretches (the fast path) ------------------------------------------------------
 
-    def decode_stretch_bound(self) -> int:
-        """How many of the next steps are certain to be decode-only steps of the same batch.
+    def plan_stretch(self) -> Stretch | None:
+        """The run of decode-only steps of the whole running batch that is certain to come next.
 
         While no request arrives, finishes, is admitted, needs a block it cannot get, or is
         preempted, each step processes one token for every running request, so the steps can
-        be taken at once (`apply_decode_stretch`) with results identical to stepping one by one.
-        Returns 0 when the next step is not of that kind. The step in which the first request
+        be taken at once (`apply_stretch`) with results identical to stepping one by one.
+        None when the next step is not of that kind. The step in which the first request
         finishes is included; arrivals are the engine's to bound.
         """
         running = self.running
         # The newest request is the one most likely still prefilling: look there first.
         if not running or self.swapped or running[-1].is_prefilling:
-            return 0
-        if self._preempted_at and self._preempted_at.keys() & {r.request_id for r in running}:
-            return 0
-        if not self._decodes_all_fit(len(running)):
-            return 0
-        sum_context = 0
-        num_steps = 1 << 60
-        for request in running:
-            if request.num_outputs == 0 or request.num_processed != request.num_tokens - 1:
-                return 0  # still prefilling
-            remaining = request.num_target_outputs - request.num_outputs
-            if remaining < num_steps:
-                num_steps = remaining
-            sum_context += request.num_processed
+            return None
+        if not self._decodes_all_fit(len(running)) or not self._all_decoding(running):
+            return None
         if self.waiting and self._may_admit_during_stretch():
-            return 0
-        return self.bm.max_decode_steps([r.request_id for r in running], num_steps)
+            return None
+        num_steps = min(r.num_target_outputs - r.num_outputs for r in running)
+        num_steps = self.bm.max_decode_steps([r.request_id for r in running], num_steps)
+        return Stretch(num_steps, list(running), sum(r.num_processed for r in running))
+
+    def _all_decoding(self, requests: list[Request]) -> bool:
+        if self._preempted_at and self._preempted_at.keys() & {r.request_id for r in requests}:
+            return False
+        return all(r.num_outputs and r.num_processed == r.prompt_len + r.num_outputs - 1 for r in requests)
 
     def _decodes_all_fit(self, num_decodes: int) -> bool:
         """Whether one step's budget always schedules every running decode."""
@@ -530,13 +527,18 @@ class BasePolicy:
     def _after_decode_steps(self) -> None:
         """Policy state a run of decode-only steps changes (e.g. alternating order)."""
 
-    def stretch_sum_context(self) -> int:
-        return sum(r.num_processed for r in self.running)
+    def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
+        """Blocks in use beyond today's after each of the stretch's first `num_steps` steps."""
+        added = self.bm.blocks_used_after_decode_steps([r.request_id for r in stretch.decoders], num_steps)
+        if stretch.prefill is not None:
+            rid = stretch.prefill.request_id
+            added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * stretch.chunk) for j, a in enumerate(added)]
+        return added
 
-    def apply_decode_stretch(self, step_ends: list[float]) -> list[Request]:
-        """Complete len(step_ends) decode steps of the whole running batch at once."""
+    def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
+        """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
         num_steps = len(step_ends)
-        running = list(self.running)
+        running = stretch.decoders
         self.bm.append_decode_steps([r.request_id for r in running], num_steps)
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else list(step_ends)
@@ -555,10 +557,16 @@ class BasePolicy:
                 self._register_full_blocks(request, before)
             if request.num_outputs >= request.num_target_outputs:
                 done.append(request)
-        itl.add_gaps(first_gaps)
-        for j in range(1, num_steps):
-            itl.add(times[j] - times[j - 1], len(running))
+        if first_gaps:
+            itl.add_gaps(first_gaps)
+            for j in range(1, num_steps):
+                itl.add(times[j] - times[j - 1], len(running))
         self.num_resident_tokens += num_steps * len(running)
+        if stretch.prefill is not None:
+            processed = num_steps * stretch.chunk
+            self.bm.append(stretch.prefill.request_id, processed)
+            stretch.prefill.num_processed += processed
+            self.num_resident_tokens += processed
         self.num_steps += num_steps
         self._after_decode_steps()
         for request in done:

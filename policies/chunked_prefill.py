@@ -12,6 +12,7 @@ from typing import Literal
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
+from policies.stretch import Stretch
 from simcore.request import Request
 
 
@@ -69,6 +70,59 @@ class ChunkedPrefillPolicy(BasePolicy):
             if taken == 0:
                 return
             budget.take(taken)
+
+    def plan_stretch(self) -> Stretch | None:
+        """Decode-only stretches, and also steps of every decode beside one prompt's chunks.
+
+        While one request (the newest) is prefilling, stall-free steps carry every decode plus
+        a chunk of q = min(chunk_size, budget - decodes) of that prompt. Until its last chunk the
+        shape is fixed, so those steps are certain too when nothing can be admitted beside them.
+        Only where block ids carry no meaning (no prefix cache, no host tier).
+        """
+        stretch = super().plan_stretch()
+        if stretch is not None or self.order != "stall_free" or not self.running or self.swapped:
+            return stretch
+        if self.bm.enable_prefix_caching or self.host is not None:
+            return None
+        prefill = self.running[-1]
+        decoders = self.running[:-1]
+        if prefill.request_id in self._preempted_at or not self._all_decoding(decoders):
+            return None
+        budget_left = self.options.max_num_batched_tokens - len(decoders)
+        chunk = min(self.chunk_size, budget_left)
+        if chunk < 1:
+            return None
+        if self.waiting and chunk < budget_left and len(self.running) < self.options.max_num_seqs:
+            return None  # budget left beside the chunk: a waiting request could be admitted
+        pending = prefill.num_tokens - prefill.num_processed
+        num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
+        if decoders:
+            num_steps = min(num_steps, min(r.num_target_outputs - r.num_outputs for r in decoders))
+        num_steps = self._steps_with_blocks(decoders, prefill, chunk, num_steps)
+        if num_steps < 1:
+            return None
+        return Stretch(num_steps, list(decoders), sum(r.num_processed for r in decoders),
+                       prefill, chunk, prefill.num_processed)
+
+    def _steps_with_blocks(self, decoders: list[Request], prefill: Request, chunk: int, limit: int) -> int:
+        """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now."""
+        ids = [r.request_id for r in decoders]
+        free = self.bm.num_free_blocks
+
+        def fits(num_steps: int) -> bool:
+            decode_blocks = self.bm.blocks_used_after_decode_steps(ids, num_steps)[-1] if ids else 0
+            return decode_blocks + self.bm.num_new_blocks_needed(prefill.request_id, num_steps * chunk) <= free
+
+        if limit < 1 or fits(limit):
+            return limit
+        low, high = 0, limit
+        while high - low > 1:
+            mid = (low + high) // 2
+            if fits(mid):
+                low = mid
+            else:
+                high = mid
+        return low
 
     def _after_decode_steps(self) -> None:
         self._last_was_prefill = False

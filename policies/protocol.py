@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from policies.stretch import Stretch
 from simcore.itl import ItlLog
 from simcore.plan import StepPlan
 from simcore.request import Request
@@ -33,14 +34,14 @@ class Policy(Protocol):
     def has_work(self) -> bool:
         """Whether anything is queued, running or swapped out."""
 
-    def decode_stretch_bound(self) -> int:
-        """How many next steps are certain to be decode-only steps of the same batch (0: unknown)."""
+    def plan_stretch(self) -> Stretch | None:
+        """The run of steps of one known shape certain to come next, if any (the fast path)."""
 
-    def stretch_sum_context(self) -> int:
-        """Total context of the running batch, for pricing a run of decode steps."""
+    def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
+        """Blocks in use beyond today's after each of a stretch's first steps (step records)."""
 
-    def apply_decode_stretch(self, step_ends: list[float]) -> list[Request]:
-        """Complete len(step_ends) decode steps at once; return requests that finished."""
+    def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
+        """Complete a stretch's first len(step_ends) steps at once; return requests that finished."""
 
     def drain_unfinished(self) -> list[Request]:
         """A time horizon ended the run: everything still queued or running, marked unfinished."""

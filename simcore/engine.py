@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import simpy
 
 from backends.base import CostModel, step_extras
@@ -92,7 +93,7 @@ def simulate(
     state = {"arrivals_done": not timed, "pending": sum(len(c) for c in children.values()),
              "wake": env.event(), "end": "done", "events": 0, "next_timed": 0}
     follow_up_times: list[float] = []  # arrival times of released follow-up turns (a heap)
-    bulk = getattr(cost_model, "decode_step_times", None) if limits.fast_forward else None
+    bulk = getattr(cost_model, "aggregate_step_times", None) if limits.fast_forward else None
     if limits.check_invariants or on_step is not None:
         bulk = None
     horizon = limits.max_sim_time_s if limits.max_sim_time_s is not None else math.inf
@@ -140,13 +141,13 @@ def simulate(
         upcoming = timed[index].arrival_s if index < len(timed) else math.inf
         return min(upcoming, follow_up_times[0]) if follow_up_times else upcoming
 
-    def decode_stretch():  # noqa: ANN202
-        """Take a run of decode-only steps at once; returns the number taken (0 if none)."""
-        num_steps = policy.decode_stretch_bound()
-        if num_steps < 2:
+    def stretch():  # noqa: ANN202
+        """Take a run of steps of one known shape at once; returns the number taken (0 if none)."""
+        plan = policy.plan_stretch()
+        if plan is None or plan.num_steps < 2:
             return 0
         start = env.now
-        durations = bulk(len(policy.running), policy.stretch_sum_context(), num_steps)
+        durations = np.broadcast_to(bulk(*plan.shapes()), (plan.num_steps,))
         # Step ends by repeated addition, exactly as the clock advances one step at a time.
         ends = []
         clock = start
@@ -162,31 +163,33 @@ def simulate(
             ends.append(clock)
         if len(ends) < 2:
             return 0
+        num_decodes, chunk = len(plan.decoders), plan.chunk
         num_running, num_swapped = len(policy.running), len(policy.swapped)
         num_waiting_before = len(policy.waiting)
         blocks_before, resident = policy.bm.num_used_blocks, policy.num_resident_tokens
         shared_before = policy.bm.num_shared_blocks
         first_step = policy.num_steps
-        used = policy.bm.blocks_used_after_decode_steps([r.request_id for r in policy.running], len(ends))
+        added = policy.stretch_blocks_added(plan, len(ends))
         yield from _sleep_until(env, ends[-1])
-        done = policy.apply_decode_stretch(ends)
+        done = policy.apply_stretch(plan, ends)
         for request in done:
             if children:
                 release_children(request)
         flush()
         starts = [start, *ends[:-1]]
-        num_shared = policy.bm.num_shared_blocks
         host_used = policy.host.num_used_blocks if policy.host is not None else 0
+        tokens = num_decodes + chunk
         rows = [
-            (first_step + j, starts[j], ends[j] - starts[j], num_running, 0, num_running, num_running,
-             num_running, num_waiting_before, num_swapped, blocks_before + used[j], shared_before, host_used,
-             resident + num_running * (j + 1), 0, 0, 0, 0)
+            (first_step + j, starts[j], ends[j] - starts[j], plan.num_seqs, chunk, num_decodes, num_decodes,
+             num_running, num_waiting_before, num_swapped, blocks_before + added[j], shared_before, host_used,
+             resident + tokens * (j + 1), 0, 0, 0, 0)
             for j in range(len(ends) - 1)
         ]
         # The last step saw any finishes and any arrival during it.
-        rows.append((first_step + len(ends) - 1, starts[-1], ends[-1] - starts[-1], num_running, 0, num_running,
-                     num_running, len(policy.running), len(policy.waiting), num_swapped, policy.bm.num_used_blocks,
-                     num_shared, host_used, policy.num_resident_tokens, 0, 0, 0, 0))
+        rows.append((first_step + len(ends) - 1, starts[-1], ends[-1] - starts[-1], plan.num_seqs, chunk,
+                     num_decodes, num_decodes, len(policy.running), len(policy.waiting), num_swapped,
+                     policy.bm.num_used_blocks, policy.bm.num_shared_blocks, host_used, policy.num_resident_tokens,
+                     0, 0, 0, 0))
         log.extend(rows)
         state["events"] += 1
         return len(ends)
@@ -194,7 +197,7 @@ def simulate(
     def steps():  # noqa: ANN202
         while True:
             if bulk is not None:
-                taken = yield from decode_stretch()
+                taken = yield from stretch()
                 if taken:
                     if limits.max_wall_time_s is not None and time.perf_counter() - wall_start > limits.max_wall_time_s:
                         state["end"] = "max_wall_time"

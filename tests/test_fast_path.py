@@ -22,6 +22,7 @@ POLICIES = (
     ("continuous", {"admission": "reserve"}),
     ("continuous", {"admission": "watermark", "watermark": 0.1}),
     ("chunked_prefill", {"chunk_size": 16}),
+    ("chunked_prefill", {"chunk_size": 200}),  # the chunk is the budget left beside the decodes
     ("chunked_prefill", {"chunk_size": 16, "order": "alternate"}),
     ("continuous", {"preemption": "swap"}),
     ("chunked_prefill", {"chunk_size": 16, "preemption": "swap"}),
@@ -48,8 +49,10 @@ def workload(seed: int, *, content: bool, sessions: bool = False):
 def run_both(requests, name, opts, *, cost, caching: bool, horizon=None):
     frames = []
     for fast in (False, True):
-        policy = make_policy(name, num_blocks=64, block_size=4, prefix_caching=caching, num_host_blocks=400,
-                             max_num_seqs=12, max_num_batched_tokens=96, **opts)
+        needs_host = name == "offload" or opts.get("preemption") == "swap"
+        policy = make_policy(name, num_blocks=64, block_size=4, prefix_caching=caching,
+                             num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96,
+                             **opts)
         result = simulate([fresh_copy(r) for r in requests], policy, cost,
                           limits=RunLimits(fast_forward=fast, max_sim_time_s=horizon))
         frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
@@ -111,6 +114,28 @@ def test_fast_path_matches_with_constant_costs_ties_and_a_horizon(name, opts):
     pd.testing.assert_frame_equal(slow_requests, fast_requests)
     pd.testing.assert_frame_equal(slow_steps, fast_steps)
     assert slow.end_reason == fast.end_reason
+
+
+def test_mixed_stretches_are_planned_and_match():
+    """Chunked prefill without caching or a host tier takes decode+chunk steps at once too."""
+    from tests.helpers import drive
+
+    policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16, max_num_batched_tokens=64)
+    policy.add(req(0, 0.0, 8, 50), 0.0)
+    _, now = drive(policy)
+    policy.add(req(1, now, 300, 5), now)
+    _, now = drive(policy, now)  # request 1 admitted with its first chunk beside request 0's decode
+    stretch = policy.plan_stretch()
+    assert stretch is not None and stretch.prefill.request_id == 1 and stretch.chunk == 16
+    assert stretch.num_steps == (300 - 16 - 1) // 16  # every chunk but the one completing the prompt
+
+    requests = [req(i, 0.05 * i, 120, 30) for i in range(8)]  # fits the 64 x 4 positions of run_both
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    (_, slow_requests, slow_steps), (_, fast_requests, fast_steps) = run_both(
+        requests, "chunked_prefill", {"chunk_size": 16}, cost=cost, caching=False)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps)
+    assert ((fast_steps["num_prefill_tokens"] > 0) & (fast_steps["num_decode_tokens"] > 0)).any()
 
 
 def test_weighted_percentiles_equal_the_expanded_list():

@@ -159,8 +159,8 @@ def test_a_run_that_cannot_finish_says_why():
         def has_work(self):
             return bool(self.waiting)
 
-        def decode_stretch_bound(self):
-            return 0
+        def plan_stretch(self):
+            return None
 
     policy = NeverSchedules()
     policy.bm = make_policy("continuous", num_blocks=4).bm
