@@ -13,6 +13,11 @@ parts of a step:
     + a * sum_prefill (q_i*c_i + q_i(q_i+1)/2)  prefill attention: query-key pairs
     + b * sum_decode (c_i + 1)               decode attention: keys read from the KV cache
     + s * num_seqs + l * num_selecting       per-request overhead, lm_head + sampling rows
+    + e * prefill_pieces                     per multi-token piece: its own attention call per
+                                             layer (several prompts in one step pay it each)
+    + e' * continued pieces                  a piece after cached context: gather + masked path
+    + k * sum_prefill c_i                    ... which gathers that context's K/V
+    + d * [any decode rows]                  the decode attention call (once per layer)
 
 Non-negativity keeps every part physical (no negative attention cost compensating a GEMM
 overestimate), which is what lets the fit extrapolate to mixed steps and long contexts.
@@ -39,6 +44,9 @@ SHAPE_COLUMNS = (
     "sum_prefill_context", "sum_prefill_causal", "sum_decode_context", "num_selecting",
 )
 REQUIRED_COLUMNS = ("kind", *SHAPE_COLUMNS, "time_s")
+# Descriptors added later: written by the profiler, derived as well as they can be when a table
+# lacks them (exactly, for the grids older profilers wrote: one prefill piece per step).
+OPTIONAL_SHAPE_COLUMNS = ("num_prefill_continuations",)
 # Hinge knots (processed tokens per step) of the GEMM curve; those inside the data range are used.
 KNOTS = (32, 128, 512, 2048, 8192, 32768)
 # Model geometry fields that must agree between the table and the simulated model.
@@ -47,7 +55,7 @@ GEOMETRY = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_di
 
 def plan_shape(plan: StepPlan) -> dict[str, float]:
     """A plan's shape descriptors (SHAPE_COLUMNS), the same quantities the profiler records."""
-    row = dict.fromkeys(SHAPE_COLUMNS, 0.0)
+    row = dict.fromkeys((*SHAPE_COLUMNS, *OPTIONAL_SHAPE_COLUMNS), 0.0)
     for s in plan.seqs:
         c, q = s.context_len, s.num_new_tokens
         row["num_seqs"] += 1
@@ -60,6 +68,7 @@ def plan_shape(plan: StepPlan) -> dict[str, float]:
             row["num_prefill_tokens"] += q
             row["sum_prefill_context"] += q * c
             row["sum_prefill_causal"] += q * (q + 1) / 2
+            row["num_prefill_continuations"] += 1 if c > 0 else 0
         row["num_selecting"] += 1 if s.selects_token else 0
     return row
 
@@ -157,6 +166,18 @@ def _parse_row(raw: dict[str, str], path: Path, where: str) -> dict:
             raise ConfigError(f"column {name}: expected a {'positive' if name == 'time_s' else 'non-negative'} "
                               "finite number", source=str(path), where=where, found=text)
         row[name] = value
+    for name in OPTIONAL_SHAPE_COLUMNS:
+        text = raw.get(name, "").strip()
+        if not text:
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"column {name}: not a number", source=str(path), where=where, found=text) from None
+        if not np.isfinite(value) or value < 0:
+            raise ConfigError(f"column {name}: expected a non-negative finite number", source=str(path),
+                              where=where, found=text)
+        row[name] = value
     return row
 
 
@@ -193,6 +214,23 @@ def _tokens(row: dict) -> float:
     return row["num_prefill_tokens"] + row["num_decode_tokens"]
 
 
+def _prefill_pieces(row: dict) -> float:
+    """Requests in the step that are not decodes: prefill chunks (derived, so old tables still fit)."""
+    return max(row["num_seqs"] - row["num_decode_tokens"], 0.0)
+
+
+def _continuations(row: dict) -> float:
+    """Prefill pieces after cached context (their K/V gathered, a lower-right causal mask)."""
+    if "num_prefill_continuations" in row:
+        return row["num_prefill_continuations"]
+    return min(_prefill_pieces(row), 1.0) if row["sum_prefill_context"] > 0 else 0.0
+
+
+def _prefill_context(row: dict) -> float:
+    """Sum of the cached context in front of each prefill chunk (gathered from the pool)."""
+    return max(row["sum_context"] - row["sum_decode_context"], 0.0)
+
+
 @dataclass
 class StepTimeFit:
     knots: tuple[float, ...]
@@ -208,6 +246,8 @@ class StepTimeFit:
                 r["sum_prefill_context"] + r["sum_prefill_causal"],
                 r["sum_decode_context"] + r["num_decode_tokens"],
                 r["num_seqs"], r["num_selecting"],
+                _prefill_pieces(r), _continuations(r), _prefill_context(r),
+                1.0 if r["num_decode_tokens"] > 0 else 0.0,
             ])
         return np.asarray(cols, dtype=float)
 
@@ -229,7 +269,8 @@ class StepTimeFit:
 
     def terms(self) -> dict[str, float]:
         names = ["const_s", "per_token_s", *(f"per_token_above_{int(k)}_s" for k in self.knots),
-                 "per_attention_pair_s", "per_kv_read_s", "per_seq_s", "per_selecting_s"]
+                 "per_attention_pair_s", "per_kv_read_s", "per_seq_s", "per_selecting_s",
+                 "per_prefill_piece_s", "per_continued_piece_s", "per_prefill_context_s", "decode_path_s"]
         return dict(zip(names, self.coef.tolist(), strict=True))
 
 
@@ -238,15 +279,76 @@ def relative_errors(fit: StepTimeFit, rows: list[dict]) -> np.ndarray:
     return (fit.predict(rows) - y) / y
 
 
-def holdout_report(rows: list[dict], every: int = 4) -> dict[str, float]:
-    """Fit on all rows but every `every`-th, report |relative error| on those held out."""
-    test = rows[::every]
-    train = [r for i, r in enumerate(rows) if i % every]
-    if len(train) < 3 or not test:
-        return {"num_train": len(train), "num_test": len(test)}
-    err = np.abs(relative_errors(StepTimeFit.fit(train), test))
-    return {"num_train": len(train), "num_test": len(test), "median_abs_rel_error": float(np.median(err)),
-            "p90_abs_rel_error": float(np.quantile(err, 0.9)), "max_abs_rel_error": float(err.max())}
+def holdout_report(rows: list[dict], every: int = 4) -> dict:
+    """Cross-validated |relative error|: fold k (rows k, k+every, ...) is predicted by a fit on the rest.
+
+    Besides the overall figures (keys num_train, num_test, median/p90/max_abs_rel_error), reports
+    them by step kind (`by_kind`), and two extrapolation checks: mixed steps predicted by a fit on
+    pure prefill and decode steps only (`mixed_from_pure`: do the parts add up?), and the longest
+    contexts predicted by a fit on the shorter half (`long_from_short`).
+    """
+    if len(rows) < 4 or every < 2:
+        return {"num_train": len(rows), "num_test": 0}
+    predicted = np.full(len(rows), np.nan)
+    for k in range(every):
+        test = list(range(k, len(rows), every))
+        train = [r for i, r in enumerate(rows) if i % every != k]
+        if len(train) >= 3 and test:
+            predicted[test] = StepTimeFit.fit(train).predict([rows[i] for i in test])
+    measured = np.asarray([r["time_s"] for r in rows])
+    kinds = np.asarray([r["kind"] for r in rows])
+    keep = ~np.isnan(predicted)
+    err = np.abs(predicted - measured) / measured
+    out: dict = {"num_train": len(rows) - len(rows[::every]), "num_test": int(keep.sum()), "folds": every}
+    out.update(_abs_stats(err[keep]))
+    out["by_kind"] = {kind: {"count": int((keep & (kinds == kind)).sum()), **_abs_stats(err[keep & (kinds == kind)])}
+                      for kind in ("decode", "prefill", "mixed") if (keep & (kinds == kind)).any()}
+    pure = [r for r in rows if r["kind"] != "mixed"]
+    mixed = [r for r in rows if r["kind"] == "mixed"]
+    if len(pure) >= 3 and mixed:
+        out["mixed_from_pure"] = {"count": len(mixed), **_abs_stats(np.abs(relative_errors(StepTimeFit.fit(pure), mixed)))}
+    reach = np.asarray([_reach(r) for r in rows])
+    cut = float(np.median(reach))
+    short = [r for r, x in zip(rows, reach, strict=True) if x <= cut]
+    long = [r for r, x in zip(rows, reach, strict=True) if x > cut]
+    if len(short) >= 3 and long:
+        out["long_from_short"] = {"count": len(long), "fit_max_context": int(cut),
+                                  **_abs_stats(np.abs(relative_errors(StepTimeFit.fit(short), long)))}
+    return out
+
+
+def _reach(row: dict) -> float:
+    """The longest context the step touches: max context, or a single prefill's end."""
+    single_prefill = row["num_seqs"] == 1 and row["num_prefill_tokens"] > 0
+    return row["max_context"] + (row["num_prefill_tokens"] if single_prefill else 0.0)
+
+
+def _abs_stats(err: np.ndarray) -> dict[str, float]:
+    if err.size == 0:
+        return {}
+    return {"median_abs_rel_error": float(np.median(err)), "p90_abs_rel_error": float(np.quantile(err, 0.9)),
+            "max_abs_rel_error": float(err.max())}
+
+
+def format_holdout(report: dict) -> list[str]:
+    """Lines for `servesim profile`: cross-validated error overall, by kind, and extrapolations."""
+    if "median_abs_rel_error" not in report:
+        return [f"too few shapes ({report.get('num_train', 0)}) to report a held-out error"]
+
+    def fmt(d: dict) -> str:
+        return (f"median {d['median_abs_rel_error']:.1%}, p90 {d['p90_abs_rel_error']:.1%}, "
+                f"max {d['max_abs_rel_error']:.1%}")
+
+    lines = [f"profiled-model held-out error ({report['folds']}-fold, {report['num_test']} shapes): {fmt(report)}"]
+    for kind, d in report.get("by_kind", {}).items():
+        lines.append(f"  {kind:8s} ({d['count']:3d} shapes): {fmt(d)}")
+    if "mixed_from_pure" in report:
+        d = report["mixed_from_pure"]
+        lines.append(f"  mixed steps from a fit on prefill and decode steps only ({d['count']}): {fmt(d)}")
+    if "long_from_short" in report:
+        d = report["long_from_short"]
+        lines.append(f"  contexts > {d['fit_max_context']} from a fit on shorter ones ({d['count']}): {fmt(d)}")
+    return lines
 
 
 # --- the cost model ------------------------------------------------------------------------
@@ -301,7 +403,7 @@ def make_profiled(params: dict, ctx: CostContext) -> ProfiledCostModel:
         path = Path(ctx.source).parent / path
     table = read_profile(path)
     if p.check_model:
-        _check_geometry(table, ctx, source)
+        check_geometry(table, ctx, source)
     link_bytes, latency = p.link_bytes_per_s, p.transfer_latency_s
     if p.link is not None:
         from simcore.presets import get_link
@@ -311,7 +413,7 @@ def make_profiled(params: dict, ctx: CostContext) -> ProfiledCostModel:
     return ProfiledCostModel.from_table(table, link_bytes_per_s=link_bytes, transfer_latency_s=latency)
 
 
-def _check_geometry(table: ProfileTable, ctx: CostContext, source: str | None) -> None:
+def check_geometry(table: ProfileTable, ctx: CostContext, source: str | None) -> None:
     geometry = table.model_geometry
     if not geometry:
         return

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -165,7 +164,7 @@ def write_policy_results(folder: Path, requests: pd.DataFrame, result: RunResult
     write_table(requests, folder / "requests", fmt)
     if result.steps.spilled:
         # Streamed during the run; complete now, so it takes its final name in one rename.
-        os.replace(result.steps.spill_path, folder / "steps.parquet")
+        result.steps.move_spill(folder / "steps.parquet")
     else:
         write_table(pd.DataFrame(result.steps.as_dict()), folder / "steps", fmt)
     write_json(folder / "summary.json", summary)

@@ -7,6 +7,7 @@ millions of steps keeps none of them in memory.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,12 @@ class StepLog:
     @property
     def spilled(self) -> bool:
         return self._spilled
+
+    def move_spill(self, path: Path) -> None:
+        """Give the (closed) spill file its final name; later reads follow it there."""
+        self.close()
+        os.replace(self.spill_path, path)
+        self.spill_path = path
 
     def close(self) -> None:
         """Flush a spill file (the caller renames it into place)."""

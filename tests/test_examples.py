@@ -30,3 +30,13 @@ def test_example_runs(path, tmp_path, capsys):
         assert (out / summary["label"] / "steps.parquet").exists()
     printed = capsys.readouterr().out
     assert "TTFT p50" in printed
+
+
+def test_step_records_stay_readable_after_the_results_are_written(tmp_path):
+    from experiments.config import load_experiment
+    from experiments.runner import run_experiment
+
+    path = EXAMPLES[0].parent / "quickstart.yaml"
+    run = run_experiment(load_experiment(path, ["workload.num_requests=12"]), source=path, out_dir=tmp_path)
+    steps = run.runs[0].result.steps
+    assert steps.spilled and len(steps.as_dict()["step_id"]) == len(steps)

@@ -167,3 +167,55 @@ def test_profiled_module_imports_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).parents[1])
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_held_out_error_is_reported_by_kind_and_for_extrapolations():
+    from backends.profiled import format_holdout
+
+    report = holdout_report(read_profile(TABLE).rows)
+    assert set(report["by_kind"]) == {"decode", "prefill", "mixed"}
+    assert sum(d["count"] for d in report["by_kind"].values()) == report["num_test"] == len(read_profile(TABLE).rows)
+    assert report["mixed_from_pure"]["count"] >= 1 and report["long_from_short"]["count"] >= 1
+    lines = format_holdout(report)
+    assert "held-out error" in lines[0] and any("mixed steps from a fit" in line for line in lines)
+    assert format_holdout(holdout_report(read_profile(TABLE).rows[:3]))[0].startswith("too few shapes")
+
+
+def test_fit_recovers_per_piece_continuation_and_decode_path_costs():
+    rng = np.random.default_rng(3)
+    truth = {"const": 1e-3, "token": 2e-6, "pair": 1e-9, "kv": 1e-8, "piece": 2e-4, "cont": 3e-4, "ctx": 5e-8,
+             "decode_path": 4e-4}
+    rows = []
+    for _ in range(120):
+        pieces = int(rng.integers(0, 4))
+        prefill = tuple((int(rng.integers(2, 512)), int(rng.choice([0, int(rng.integers(1, 4096))])))
+                        for _ in range(pieces))
+        decodes = int(rng.integers(0 if pieces else 1, 32))
+        seqs = [ScheduledSeq(i, q, c, True, q + c) for i, (q, c) in enumerate(prefill)]
+        seqs += [ScheduledSeq(100 + i, 1, int(rng.integers(1, 4096)), True, 1) for i in range(decodes)]
+        shape = plan_shape(StepPlan(0, tuple(seqs)))
+        t = (truth["const"] + truth["token"] * (shape["num_prefill_tokens"] + shape["num_decode_tokens"])
+             + truth["pair"] * (shape["sum_prefill_context"] + shape["sum_prefill_causal"])
+             + truth["kv"] * (shape["sum_decode_context"] + shape["num_decode_tokens"])
+             + truth["piece"] * pieces + truth["cont"] * shape["num_prefill_continuations"]
+             + truth["ctx"] * sum(c for _, c in prefill) + truth["decode_path"] * (decodes > 0))
+        rows.append({"kind": step_kind(shape), **shape, "time_s": t})
+    fit = StepTimeFit.fit(rows)
+    y = np.array([r["time_s"] for r in rows])
+    assert np.abs(fit.predict(rows) / y - 1).max() < 1e-6
+    terms = fit.terms()
+    assert terms["per_continued_piece_s"] == pytest.approx(truth["cont"], rel=1e-3)
+    assert terms["decode_path_s"] == pytest.approx(truth["decode_path"], rel=1e-3)
+
+
+def test_tables_without_the_continuation_column_derive_it(tmp_path):
+    path = tmp_path / "old.csv"
+    path.write_text(HEADER + "\nprefill,1,64,0,512,512,32768,2080,0,1,0.002\nprefill,1,64,0,0,0,0,2080,0,1,0.001\n")
+    rows = read_profile(path).rows
+    assert "num_prefill_continuations" not in rows[0]
+    from backends.profiled import _continuations
+
+    assert [_continuations(r) for r in rows] == [1.0, 0.0]
+    plan = StepPlan(0, (ScheduledSeq(0, 64, 512, True, 576), ScheduledSeq(1, 8, 0, False, 20),
+                        ScheduledSeq(2, 1, 30, True, 30)))
+    assert plan_shape(plan)["num_prefill_continuations"] == 1

@@ -54,3 +54,25 @@ def test_profile_command_prints_held_out_error(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "held-out error" in text
     assert read_profile(out).header["model"]
+
+
+def test_grid_has_multi_piece_and_long_context_prefills_and_rounds_interleave(tmp_path):
+    shapes = design_grid(max_context=1024, max_batch=32)
+    assert any(s.kind == "prefill" and len(s.prefill) >= 4 for s in shapes)
+    assert any(s.kind == "mixed" and len(s.prefill) >= 2 for s in shapes)
+    assert any(s.kind == "prefill" and s.prefill[0][1] + s.prefill[0][0] == 1024 for s in shapes)
+    from backends.base import CostContext
+    from backends.torch.factory import make_torch
+    from backends.torch.profile import profile_rows
+
+    small = design_grid(max_context=64, max_batch=4, quick=True)
+    ctx = CostContext(model=tiny_spec(), hardware_name="cpu", block_size=8,
+                      num_blocks=max(s.num_blocks(8) for s in small) + 1)
+    model = make_torch({"device": "cpu", "warmup_rounds": 0}, ctx)
+    rounds = []
+    rows = profile_rows(model, small, 2, round_progress=lambda done, total: rounds.append((done, total)))
+    assert rounds == [(0, 3), (1, 3), (2, 3)]
+    assert len(rows) == len(small) and all(r["time_s"] > 0 for r in rows)
+    assert {r["num_prefill_continuations"] for r in rows} >= {0.0, 1.0}
+    blocked = profile_rows(model, small[:3], 1, interleave=False)
+    assert [r["num_seqs"] for r in blocked] == [r["num_seqs"] for r in rows[:3]]

@@ -3,7 +3,9 @@
 The grid covers what the profiled model's terms need to be identifiable: prefills over chunk
 length x context (GEMM curve and prefill attention), decode batches over batch x context (KV
 reads), heterogeneous decode contexts, and mixed steps (a chunk plus decodes) to check that
-the parts add up. Each shape runs once untimed, then `reps` times; the median is recorded.
+the parts add up. Each shape runs once untimed, then `reps` times, in rounds that run every shape
+once in a shuffled order (so a shape is timed after others, as in a real run); the median is
+recorded.
 Decode rows need a selected token they never prefilled: the engine is told it exists.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import platform
+import random
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,11 +71,21 @@ def design_grid(*, max_context: int, max_batch: int, quick: bool = False, max_kv
     for b in batches[1::2]:
         spread = tuple(int(max_context * (i + 1) / (b + 1)) for i in range(b))
         shapes.append(StepShape("decode", decodes=spread))
+    # Long contexts in front of a chunk (late chunks of a long prompt under chunked prefill).
+    for q in sorted({min(256, max_context // 4), min(1024, max_context // 2)})[: 1 if quick else 2]:
+        shapes.append(StepShape("prefill", prefill=((q, max_context - q),)))
+    # Several prompts in one step (continuous batching admits them together): each piece is its
+    # own attention call per layer, a cost one-piece shapes cannot tell from the rest.
+    for k in (2, 4, 8)[: 2 if quick else 3]:
+        for q in sorted({min(64, max_context // 8), min(256, max_context // 4)}):
+            shapes.append(StepShape("prefill", prefill=((q, 0),) * k))
     chunks = [q for q in (256, 1024, 4096) if q <= max_context // 2][: 1 if quick else 3] or [max_context // 4]
     for q in chunks:
         for c in (0, max_context // 2 - q):
             for b in sorted({max(1, max_batch // 8), max(1, max_batch // 2)}):
                 shapes.append(StepShape("mixed", prefill=((q, max(c, 0)),), decodes=(max_context // 4,) * b))
+    for k in (2, 4)[: 1 if quick else 2]:  # several chunks beside the decodes
+        shapes.append(StepShape("mixed", prefill=((chunks[0], 0),) * k, decodes=(max_context // 4,) * max(1, max_batch // 8)))
     if max_kv_tokens is not None:
         shapes = [s for s in shapes if s.kv_positions() <= max_kv_tokens]
     return shapes
@@ -103,15 +116,20 @@ class ShapeRunner:
         return StepPlan(self._next_id, tuple(seqs))
 
     def time(self, shape: StepShape, reps: int) -> tuple[float, float]:
+        """Median (wall, device) time of `reps` back-to-back runs after one untimed run."""
         walls, gpus = [], []
         for rep in range(reps + 1):
-            plan = self.plan(shape)
-            wall = self.cost_model.step_time(plan)
-            self.forget(plan)
+            wall, gpu = self.run_once(shape)
             if rep:  # the first run of a shape pays one-time costs (allocator growth, autotuning)
                 walls.append(wall)
-                gpus.append(self.cost_model.last_step_extras.get("gpu_time_s", wall))
+                gpus.append(gpu)
         return statistics.median(walls), statistics.median(gpus)
+
+    def run_once(self, shape: StepShape) -> tuple[float, float]:
+        plan = self.plan(shape)
+        wall = self.cost_model.step_time(plan)
+        self.forget(plan)
+        return wall, self.cost_model.last_step_extras.get("gpu_time_s", wall)
 
     def forget(self, plan: StepPlan) -> None:
         for seq in plan.seqs:
@@ -123,14 +141,39 @@ class ShapeRunner:
 
 
 def profile_rows(cost_model: TorchCostModel, shapes: list[StepShape], reps: int,
-                 progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
+                 progress: Callable[[int, int, dict], None] | None = None, *, interleave: bool = True,
+                 seed: int = 0, round_progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Median time of each shape over `reps` timed runs (after one untimed run).
+
+    Interleaved (the default): every round runs each shape once, in a freshly shuffled order, so a
+    shape is timed after other shapes, as in a real run, and slow drift (clocks, a busy host)
+    spreads over all shapes instead of biasing a contiguous stretch of the grid.
+    """
     runner = ShapeRunner(cost_model)
-    rows = []
-    for i, shape in enumerate(shapes):
+    probes = []
+    for shape in shapes:
         probe = runner.plan(shape)
-        shape_row = plan_shape(probe)
+        probes.append(plan_shape(probe))
         runner.forget(probe)
-        wall, gpu = runner.time(shape, reps)
+    if interleave:
+        walls: list[list[float]] = [[] for _ in shapes]
+        gpus: list[list[float]] = [[] for _ in shapes]
+        rng = random.Random(seed)
+        order = list(range(len(shapes)))
+        for rnd in range(reps + 1):
+            rng.shuffle(order)
+            for i in order:
+                wall, gpu = runner.run_once(shapes[i])
+                if rnd:  # round 0 pays one-time costs (allocator growth, autotuning)
+                    walls[i].append(wall)
+                    gpus[i].append(gpu)
+            if round_progress is not None:
+                round_progress(rnd, reps + 1)
+        timed = [(statistics.median(w), statistics.median(g)) for w, g in zip(walls, gpus, strict=True)]
+    else:
+        timed = [runner.time(shape, reps) for shape in shapes]
+    rows = []
+    for i, (shape_row, (wall, gpu)) in enumerate(zip(probes, timed, strict=True)):
         row = {"kind": step_kind(shape_row), **shape_row, "time_s": wall, "gpu_time_s": gpu, "reps": reps}
         rows.append(row)
         if progress is not None:
@@ -159,6 +202,7 @@ def run_profile(
     spec: ModelSpec, *, out: str | Path, device: str | None = None, dtype: str | None = None, block_size: int = 16,
     max_context: int = 8192, max_batch: int = 256, quick: bool = False, reps: int | None = None, seed: int = 0,
     params: dict | None = None, progress: Callable[[int, int, dict], None] | None = None,
+    round_progress: Callable[[int, int], None] | None = None,
 ) -> list[dict]:
     """Profile `spec` and write the table to `out`; returns the rows."""
     from backends.torch.factory import make_torch, resolve_device, resolve_dtype
@@ -171,7 +215,8 @@ def run_profile(
     cost_params = {"device": str(torch_device), "dtype": str(torch_dtype).removeprefix("torch."), **(params or {})}
     ctx = CostContext(model=spec, hardware_name=torch_device.type, block_size=block_size, num_blocks=num_blocks, seed=seed)
     cost_model = make_torch(cost_params, ctx)
-    rows = profile_rows(cost_model, shapes, reps or (3 if quick else 5), progress)
+    rows = profile_rows(cost_model, shapes, reps or (3 if quick else 5), progress, seed=seed,
+                        round_progress=round_progress)
     header = {
         "device": device_name(torch_device),
         "dtype": str(torch_dtype).removeprefix("torch."),

@@ -1,13 +1,17 @@
 """Which token sits at each position of each request: prompt tokens, then the engine's own outputs.
 
-The prompt comes from the plan (`prompt_token_ids`) or, when the workload carries none, from a
-generator seeded by (seed, request_id), so a request's prompt is the same in every step and
-every run. Outputs are appended only when a step reaches the last known token; a recompute
+The prompt comes from the plan (`prompt_token_ids`) or, when the workload carries none, is
+synthesized: a position covered by a keyed segment gets a token derived from (seed, segment key,
+offset within the segment), so requests sharing a prefix by key get equal tokens there (and the
+KV blocks the prefix cache shares between them hold what either would compute); an uncovered
+position gets one from a generator seeded by (seed, request_id). Either way a request's prompt
+is the same in every step and every run. Outputs are appended only when a step reaches the last known token; a recompute
 after preemption re-reads the stored outputs and never samples them again (seed 21.6).
 """
 
 from __future__ import annotations
 
+import hashlib
 from array import array
 from collections import OrderedDict
 
@@ -96,11 +100,42 @@ class TokenStore:
         key = (seq.request_id, prompt_len)
         cached = self._prompts.get(key)
         if cached is None:
-            rng = np.random.default_rng([self.seed % 2**63, seq.request_id % 2**63])
-            cached = rng.integers(0, self.vocab_size, size=prompt_len, dtype=np.int64)
+            cached = synthetic_prompt(self.seed, seq.request_id, prompt_len, seq.segments, self.vocab_size)
             self._prompts[key] = cached
             if len(self._prompts) > _PROMPT_CACHE_SIZE:
                 self._prompts.popitem(last=False)
         else:
             self._prompts.move_to_end(key)
         return cached
+
+
+def synthetic_prompt(seed: int, request_id: int, prompt_len: int, segments, vocab_size: int) -> np.ndarray:
+    """Prompt token ids for a request without explicit ids, int64.
+
+    Position p inside segment (key, n) at offset o gets mix(hash(seed, key) + o) % vocab; positions
+    past the segments keep the (seed, request_id) generator's draw for p, as without segments.
+    """
+    out = np.empty(prompt_len, dtype=np.int64)
+    covered = 0
+    for key, length in segments or ():
+        n = min(int(length), prompt_len - covered)
+        if n <= 0:
+            break
+        out[covered:covered + n] = segment_tokens(seed, str(key), n, vocab_size)
+        covered += n
+    if covered < prompt_len:
+        rng = np.random.default_rng([seed % 2**63, request_id % 2**63])
+        out[covered:] = rng.integers(0, vocab_size, size=prompt_len, dtype=np.int64)[covered:]
+    return out
+
+
+def segment_tokens(seed: int, key: str, length: int, vocab_size: int) -> np.ndarray:
+    """Tokens at offsets 0..length-1 of a keyed segment: stable across processes (no str hash)."""
+    digest = hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=8).digest()
+    base = np.uint64(int.from_bytes(digest, "little"))
+    # splitmix64 over base + offset: neighbouring offsets get unrelated tokens.
+    z = base + np.arange(length, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (z % np.uint64(vocab_size)).astype(np.int64)

@@ -12,5 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capacity": ("experiments.commands.capacity", "find the highest request rate meeting SLOs, per policy"),
     "export": ("experiments.commands.export", "write results as vLLM `bench serve` result JSON"),
     "compare": ("experiments.commands.compare", "compare a vLLM `bench serve` result with simulated results"),
+    "validate": ("experiments.commands.validate", "run an experiment on the real engine and on cheaper cost models, compare"),
+    "calibrate": ("experiments.commands.calibrate", "fit the roofline's mfu, mbu and overheads to a measured profile"),
     "docs": ("experiments.commands.docs", "generate docs/yaml-reference.md from the experiment schema"),
 }

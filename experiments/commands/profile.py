@@ -1,7 +1,9 @@
 """`servesim profile`: time a grid of step shapes on the real torch engine and write a table.
 
-The table feeds the `profiled` cost model. After writing it, the command fits that model on
-part of the rows and prints its error on the rest, so a user sees how far to trust it.
+The table feeds the `profiled` cost model. After writing it, the command prints that model's
+cross-validated error (each quarter of the rows predicted by a fit on the rest), overall and by
+step kind, and two extrapolations (mixed steps from pure ones, long contexts from short ones),
+so a user sees how far to trust it; `servesim validate` checks it against the real engine.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
     except ModuleNotFoundError:
         raise ServesimError("`servesim profile` needs PyTorch (pip install 'servesim[torch]')") from None
-    from backends.profiled import holdout_report, read_profile
+    from backends.profiled import format_holdout, holdout_report, read_profile
     from backends.torch.profile import run_profile
     from simcore.presets import get_model
 
@@ -58,17 +60,16 @@ def run(args: argparse.Namespace) -> int:
               f"prefill={int(row['num_prefill_tokens']):6d} decode={int(row['num_decode_tokens']):4d} "
               f"max_ctx={int(row['max_context']):6d}  {row['time_s'] * 1e3:9.3f} ms", flush=True)
 
+    def rounds(done: int, total: int) -> None:
+        print(f"round {done + 1}/{total} over the grid{' (untimed warm-up)' if done == 0 else ''} "
+              f"at {time.perf_counter() - started:.1f} s", flush=True)
+
     rows = run_profile(
         spec, out=args.out, device=args.device, dtype=args.dtype, block_size=args.block_size,
         max_context=max_context, max_batch=max_batch, quick=args.quick, reps=args.reps, seed=args.seed,
-        params=params, progress=progress,
+        params=params, progress=progress, round_progress=rounds,
     )
     print(f"wrote {len(rows)} shapes to {args.out} in {time.perf_counter() - started:.1f} s")
-    report = holdout_report(read_profile(args.out).rows)
-    if "median_abs_rel_error" in report:
-        print(f"profiled-model fit on {report['num_train']} shapes, held-out error on {report['num_test']}: "
-              f"median {report['median_abs_rel_error']:.1%}, p90 {report['p90_abs_rel_error']:.1%}, "
-              f"max {report['max_abs_rel_error']:.1%}")
-    else:
-        print(f"too few shapes ({len(rows)}) to report a held-out error")
+    for line in format_holdout(holdout_report(read_profile(args.out).rows)):
+        print(line)
     return 0
