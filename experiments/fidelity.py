@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import itertools
 import json
 import math
 import re
@@ -37,7 +36,7 @@ import pandas as pd
 
 from backends.base import CostContext, step_extras
 from backends.profiled import SHAPE_COLUMNS, plan_shape, read_profile, step_kind
-from backends.registry import COST_MODELS, build_cost_model
+from backends.registry import build_cost_model
 from experiments.config import CostModelConfig, Experiment, OutputConfig
 from experiments.runner import ExperimentRun, resolve_kv, run_experiment
 from simcore.errors import ConfigError, ServesimError
@@ -49,7 +48,6 @@ LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 THROUGHPUTS = ("request_throughput", "output_throughput")
 STEP_KINDS = ("decode", "prefill", "mixed")
-_RECORDER = "_fidelity_recorder"
 
 
 # --- recording the real run's plans -------------------------------------------------------------
@@ -86,33 +84,23 @@ class RecordingCostModel:
         self.inner = None
 
 
-_SESSIONS: dict[int, list[RecordingCostModel]] = {}
-_session_ids = itertools.count()
+class Recorders:
+    """Wraps each policy's torch cost model in turn, one engine on the device at a time."""
 
+    def __init__(self) -> None:
+        self.recorders: list[RecordingCostModel] = []
 
-def make_recorder(params: dict, ctx: CostContext) -> RecordingCostModel:
-    """Registry factory (registered only inside `recording()`): the torch model, wrapped."""
-    session = _SESSIONS[params["session"]]
-    for previous in session:
-        previous.release()  # one engine at a time: free the last policy's before building the next
-    _free_device_memory()
-    recorder = RecordingCostModel(build_cost_model("torch", dict(params["torch"]), ctx))
-    session.append(recorder)
-    return recorder
+    def __call__(self, inner: Any) -> RecordingCostModel:
+        for previous in self.recorders:
+            previous.release()  # free the last policy's weights and KV pool before the next
+        _free_device_memory()
+        recorder = RecordingCostModel(inner)
+        self.recorders.append(recorder)
+        return recorder
 
-
-@contextlib.contextmanager
-def recording() -> Iterator[tuple[int, list[RecordingCostModel]]]:
-    session = next(_session_ids)
-    _SESSIONS[session] = []
-    COST_MODELS[_RECORDER] = f"{__name__}:make_recorder"
-    try:
-        yield session, _SESSIONS[session]
-    finally:
-        for recorder in _SESSIONS.pop(session):
+    def release(self) -> None:
+        for recorder in self.recorders:
             recorder.release()
-        if not _SESSIONS:
-            COST_MODELS.pop(_RECORDER, None)
         _free_device_memory()
 
 
@@ -245,12 +233,16 @@ def run_validation(exp: Experiment, setup: ValidationSetup, *, source: Path | No
     torch_params = {k: v for k, v in setup.torch_params.items() if not k.startswith("_")}
     threads = setup.torch_params.get("_threads")
     say(f"validate {exp.name}: real engine ({_describe(torch_params)}) vs {', '.join(cheap)}")
-    with _torch_threads(threads), recording() as (session, recorders):
-        real_exp = _with_cost_model(exp, _RECORDER, {"session": session, "torch": torch_params})
-        measured = run_experiment(real_exp, source=source, out_dir=out_dir / "measured", echo=echo)
-        plans = {r.label: (rec.plans, rec.measured, rec.gpu_time) for r, rec in zip(measured.runs, recorders, strict=True)}
-    measured.experiment = _with_cost_model(exp, "torch", torch_params)
-    _rewrite_resolved(out_dir / "measured", measured.experiment)
+    recorders = Recorders()
+    real_exp = _with_cost_model(exp, "torch", torch_params)
+    try:
+        with _torch_threads(threads):
+            measured = run_experiment(real_exp, source=source, out_dir=out_dir / "measured", echo=echo,
+                                      wrap_cost_model=recorders)
+        plans = {r.label: (rec.plans, rec.measured, rec.gpu_time)
+                 for r, rec in zip(measured.runs, recorders.recorders, strict=True)}
+    finally:
+        recorders.release()
     predicted: dict[str, ExperimentRun] = {}
     for name, params in setup.against.items():
         say(f"  simulating with {name}")
@@ -298,14 +290,6 @@ def _torch_threads(threads: int | None) -> Iterator[None]:
 
 def _describe(params: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in params.items()) or "defaults"
-
-
-def _rewrite_resolved(folder: Path, exp: Experiment) -> None:
-    import yaml
-
-    path = folder / "resolved.yaml"
-    if path.exists():
-        path.write_text(yaml.safe_dump(exp.model_dump(mode="json"), sort_keys=False))
 
 
 def _step_log(run: Any, folder: Path) -> dict:

@@ -74,6 +74,7 @@ def run_experiment(
     source: str | Path | None = None,
     out_dir: Path | None = None,
     echo=None,  # noqa: ANN001 - callable printing progress lines, or None
+    wrap_cost_model=None,  # noqa: ANN001 - callable(CostModel) -> CostModel, e.g. to record plans
 ) -> ExperimentRun:
     source_str = str(source) if source is not None else None
     base_dir = Path(source).parent if source is not None else Path.cwd()
@@ -90,6 +91,8 @@ def run_experiment(
     limits = RunLimits(exp.limits.max_sim_time_s, exp.limits.max_wall_time_s, exp.limits.check_invariants)
     for label, policy_cfg in zip(labels, exp.policies):
         cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
+        if wrap_cost_model is not None:
+            cost_model = wrap_cost_model(cost_model)
         options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
         caching = exp.kv_cache.prefix_caching if policy_cfg.prefix_caching is None else policy_cfg.prefix_caching
         hasher = PrefixHasher(exp.kv_cache.block_size, config_key=(exp.model, exp.kv_cache.dtype))
