@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from policies.budget import StepBudget
+from policies.fast_path import StretchMixin
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
-from policies.stretch import Stretch
-from simcore.block_manager import BlockManager, PrefixHit
+from policies.prefix_reuse import PrefixReuseMixin
+from simcore.block_manager import BlockManager
 from simcore.itl import ItlLog
 from simcore.plan import ScheduledSeq, StepPlan
 from simcore.prefix import PrefixHasher
@@ -47,7 +48,7 @@ class SchedulerOptions:
     delivery_s: float = 0.0
 
 
-class BasePolicy:
+class BasePolicy(PrefixReuseMixin, StretchMixin):
     name = "base"
 
     def __init__(
@@ -306,78 +307,6 @@ class BasePolicy:
         budget.take(chunk)
         return chunk
 
-    def _lookup_prefix(self, request: Request) -> PrefixHit:
-        if not self.bm.enable_prefix_caching or self.hasher is None or not self.hasher.has_content(request):
-            return PrefixHit((), ())
-        hashes, contents = self._prefix_chain(request)
-        # Never count the last known token as a hit: its logits must be computed.
-        max_blocks = (request.num_tokens - 1) // self.bm.block_size
-        root = self.hasher.root_identity(request)
-        return self.bm.lookup_prefix(hashes[:max_blocks], contents[:max_blocks], root)
-
-    def _lookup_host_prefix(self, request: Request, hit: PrefixHit) -> list:
-        """Where the device chain stops, continue it among blocks spilled to the host."""
-        if self.host_prefix is None or not self.hasher.has_content(request):  # type: ignore[union-attr]
-            return []
-        hashes, contents = self._prefix_chain(request)
-        start = hit.num_blocks
-        stop = (request.num_tokens - 1) // self.bm.block_size
-        if start >= stop:
-            return []
-        parent = self.bm.block_entry[hit.block_ids[-1]] if start else self.hasher.root_identity(request)  # type: ignore[union-attr]
-        return self.host_prefix.lookup(hashes[start:stop], contents[start:stop], parent)
-
-    def _reload_from_host(self, request: Request, first_logical: int, host_hits: list) -> None:
-        """Fresh device blocks for host hits, filled by host -> device copies before the step."""
-        assert self._plan is not None
-        self._plan.pinned_host.update(h.host_block for h in host_hits)
-        self._plan.copies.extend(self.bm.append(request.request_id, len(host_hits) * self.bm.block_size))
-        table = self.bm.block_tables[request.request_id]
-        for offset, hit in enumerate(host_hits):
-            device_block = table[first_logical + offset]
-            self._plan.swap_in.append((hit.host_block, device_block))
-            self.bm.cache_block(device_block, hit.block_hash, hit.content, hit.parent, entry=hit.entry)
-        self.num_blocks_swapped_in += len(host_hits)
-        self.num_host_prefix_hit_blocks += len(host_hits)
-        self.host_prefix.num_reloaded += len(host_hits)  # type: ignore[union-attr]
-
-    def enable_prefix_spill(self) -> None:
-        """Copy evicted prefix-cache blocks to the host tier instead of dropping them."""
-        if self.host is None:
-            raise ValueError("spilling prefix blocks needs a host tier (kv_cache.host_memory_gib > 0)")
-        self.host_prefix = HostPrefixCache(self.host)
-        self.bm.on_evict = self._spill
-
-    def _spill(self, block: int, block_hash: int, entry: int, ident: tuple) -> None:
-        assert self._plan is not None, "a cached block was evicted outside a step plan"
-        host_block = self.host_prefix.spill(block_hash, entry, ident, pinned=self._plan.pinned_host)  # type: ignore[union-attr]
-        if host_block is not None:
-            self._plan.swap_out.append((block, host_block))
-            self.num_blocks_swapped_out += 1
-
-    def _prefix_chain(self, request: Request) -> tuple[list[int], list[tuple]]:
-        found = self._prefix.get(request.request_id)
-        if found is None:
-            assert self.hasher is not None
-            contents = self.hasher.block_contents(request, request.num_final_positions)
-            found = (self.hasher.chain(request, contents), contents)
-            self._prefix[request.request_id] = found
-        return found
-
-    def _register_full_blocks(self, request: Request, before: int) -> None:
-        if self.hasher is None or not self.hasher.has_content(request):
-            return
-        bs = self.bm.block_size
-        first, last = before // bs, request.num_processed // bs
-        if first == last:
-            return
-        hashes, contents = self._prefix_chain(request)
-        table = self.bm.block_tables[request.request_id]
-        root = self.hasher.root_identity(request)
-        for logical in range(first, min(last, len(hashes))):
-            parent = self.bm.parent_entry(table[logical - 1]) if logical else root
-            self.bm.cache_block(table[logical], hashes[logical], contents[logical], parent)
-
     # ---- preemption and swaps -------------------------------------------------------------
 
     def _preempt(self, victim: Request) -> None:
@@ -471,107 +400,6 @@ class BasePolicy:
         request.status = Status.FINISHED
         request.finish_s = at
         self.finished.append(request)
-
-    # ---- stretches (the fast path) ------------------------------------------------------
-
-    def plan_stretch(self) -> Stretch | None:
-        """The run of decode-only steps of the whole running batch that is certain to come next.
-
-        While no request arrives, finishes, is admitted, needs a block it cannot get, or is
-        preempted, each step processes one token for every running request, so the steps can
-        be taken at once (`apply_stretch`) with results identical to stepping one by one.
-        None when the next step is not of that kind. The step in which the first request
-        finishes is included; arrivals are the engine's to bound.
-        """
-        running = self.running
-        # The newest request is the one most likely still prefilling: look there first.
-        if not running or self.swapped or running[-1].is_prefilling:
-            return None
-        if not self._decodes_all_fit(len(running)) or not self._all_decoding(running):
-            return None
-        if self.waiting and self._may_admit_during_stretch():
-            return None
-        num_steps = min(r.num_target_outputs - r.num_outputs for r in running)
-        num_steps = self.bm.max_decode_steps([r.request_id for r in running], num_steps)
-        return Stretch(num_steps, list(running), sum(r.num_processed for r in running))
-
-    def _all_decoding(self, requests: list[Request]) -> bool:
-        if self._preempted_at and self._preempted_at.keys() & {r.request_id for r in requests}:
-            return False
-        return all(r.num_outputs and r.num_processed == r.prompt_len + r.num_outputs - 1 for r in requests)
-
-    def _decodes_all_fit(self, num_decodes: int) -> bool:
-        """Whether one step's budget always schedules every running decode."""
-        return num_decodes <= self.options.max_num_batched_tokens
-
-    def _may_admit_during_stretch(self) -> bool:
-        """Whether the waiting head might be admitted while the batch decodes (conservative).
-
-        Running count and free blocks cannot grow during a stretch, so a head blocked by either
-        now stays blocked until the stretch's last step.
-        """
-        if len(self.running) >= self.options.max_num_seqs:
-            return False
-        if self.bm.enable_prefix_caching:
-            return True
-        head = self.waiting[0]
-        if self.options.admission == "reserve":
-            need = self.bm.blocks_for(head.num_final_positions)
-        else:
-            need = self.bm.blocks_for(min(head.num_tokens, self._first_chunk_limit(len(self.running))))
-        return need <= 0 or self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
-
-    def _first_chunk_limit(self, num_decodes: int) -> int:
-        return self.options.max_num_batched_tokens
-
-    def _after_decode_steps(self) -> None:
-        """Policy state a run of decode-only steps changes (e.g. alternating order)."""
-
-    def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
-        """Blocks in use beyond today's after each of the stretch's first `num_steps` steps."""
-        added = self.bm.blocks_used_after_decode_steps([r.request_id for r in stretch.decoders], num_steps)
-        if stretch.prefill is not None:
-            rid = stretch.prefill.request_id
-            added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * stretch.chunk) for j, a in enumerate(added)]
-        return added
-
-    def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
-        """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
-        num_steps = len(step_ends)
-        running = stretch.decoders
-        self.bm.append_decode_steps([r.request_id for r in running], num_steps)
-        delivery = self.options.delivery_s
-        times = [end + delivery for end in step_ends] if delivery else list(step_ends)
-        caching = self.bm.enable_prefix_caching
-        done: list[Request] = []
-        first, last = times[0], times[-1]
-        itl = self.itl
-        first_gaps = []
-        for request in running:
-            before = request.num_processed
-            request.num_processed = before + num_steps
-            request.num_outputs += num_steps
-            first_gaps.append(first - request.last_token_s)
-            request.last_token_s = last
-            if caching:
-                self._register_full_blocks(request, before)
-            if request.num_outputs >= request.num_target_outputs:
-                done.append(request)
-        if first_gaps:
-            itl.add_gaps(first_gaps)
-            for j in range(1, num_steps):
-                itl.add(times[j] - times[j - 1], len(running))
-        self.num_resident_tokens += num_steps * len(running)
-        if stretch.prefill is not None:
-            processed = num_steps * stretch.chunk
-            self.bm.append(stretch.prefill.request_id, processed)
-            stretch.prefill.num_processed += processed
-            self.num_resident_tokens += processed
-        self.num_steps += num_steps
-        self._after_decode_steps()
-        for request in done:
-            self._finish(request, times[-1])
-        return done
 
     def drain_unfinished(self) -> list[Request]:
         """When a time horizon ends the run: everything still queued or running, marked unfinished."""

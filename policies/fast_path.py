@@ -1,0 +1,120 @@
+"""The fast path's policy side: which run of steps is certain to come next, and taking it at once.
+
+Mixed into `BasePolicy`; it reads the policy's queues, options and block manager.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.stretch import Stretch
+from simcore.request import Request
+
+
+class StretchMixin:
+    # Provided by BasePolicy.
+    running: list[Request]
+    options: Any
+    bm: Any
+    itl: Any
+    num_steps: int
+    num_resident_tokens: int
+
+    def plan_stretch(self) -> Stretch | None:
+        """The run of decode-only steps of the whole running batch that is certain to come next.
+
+        While no request arrives, finishes, is admitted, needs a block it cannot get, or is
+        preempted, each step processes one token for every running request, so the steps can
+        be taken at once (`apply_stretch`) with results identical to stepping one by one.
+        None when the next step is not of that kind. The step in which the first request
+        finishes is included; arrivals are the engine's to bound.
+        """
+        running = self.running
+        # The newest request is the one most likely still prefilling: look there first.
+        if not running or self.swapped or running[-1].is_prefilling:
+            return None
+        if not self._decodes_all_fit(len(running)) or not self._all_decoding(running):
+            return None
+        if self.waiting and self._may_admit_during_stretch():
+            return None
+        num_steps = min(r.num_target_outputs - r.num_outputs for r in running)
+        num_steps = self.bm.max_decode_steps([r.request_id for r in running], num_steps)
+        return Stretch(num_steps, list(running), sum(r.num_processed for r in running))
+
+    def _all_decoding(self, requests: list[Request]) -> bool:
+        if self._preempted_at and self._preempted_at.keys() & {r.request_id for r in requests}:
+            return False
+        return all(r.num_outputs and r.num_processed == r.prompt_len + r.num_outputs - 1 for r in requests)
+
+    def _decodes_all_fit(self, num_decodes: int) -> bool:
+        """Whether one step's budget always schedules every running decode."""
+        return num_decodes <= self.options.max_num_batched_tokens
+
+    def _may_admit_during_stretch(self) -> bool:
+        """Whether the waiting head might be admitted while the batch decodes (conservative).
+
+        Running count and free blocks cannot grow during a stretch, so a head blocked by either
+        now stays blocked until the stretch's last step.
+        """
+        if len(self.running) >= self.options.max_num_seqs:
+            return False
+        if self.bm.enable_prefix_caching:
+            return True
+        head = self.waiting[0]
+        if self.options.admission == "reserve":
+            need = self.bm.blocks_for(head.num_final_positions)
+        else:
+            need = self.bm.blocks_for(min(head.num_tokens, self._first_chunk_limit(len(self.running))))
+        return need <= 0 or self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
+
+    def _first_chunk_limit(self, num_decodes: int) -> int:
+        return self.options.max_num_batched_tokens
+
+    def _after_decode_steps(self) -> None:
+        """Policy state a run of decode-only steps changes (e.g. alternating order)."""
+
+    def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
+        """Blocks in use beyond today's after each of the stretch's first `num_steps` steps."""
+        added = self.bm.blocks_used_after_decode_steps([r.request_id for r in stretch.decoders], num_steps)
+        if stretch.prefill is not None:
+            rid = stretch.prefill.request_id
+            added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * stretch.chunk) for j, a in enumerate(added)]
+        return added
+
+    def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
+        """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
+        num_steps = len(step_ends)
+        running = stretch.decoders
+        self.bm.append_decode_steps([r.request_id for r in running], num_steps)
+        delivery = self.options.delivery_s
+        times = [end + delivery for end in step_ends] if delivery else list(step_ends)
+        caching = self.bm.enable_prefix_caching
+        done: list[Request] = []
+        first, last = times[0], times[-1]
+        itl = self.itl
+        first_gaps = []
+        for request in running:
+            before = request.num_processed
+            request.num_processed = before + num_steps
+            request.num_outputs += num_steps
+            first_gaps.append(first - request.last_token_s)
+            request.last_token_s = last
+            if caching:
+                self._register_full_blocks(request, before)
+            if request.num_outputs >= request.num_target_outputs:
+                done.append(request)
+        if first_gaps:
+            itl.add_gaps(first_gaps)
+            for j in range(1, num_steps):
+                itl.add(times[j] - times[j - 1], len(running))
+        self.num_resident_tokens += num_steps * len(running)
+        if stretch.prefill is not None:
+            processed = num_steps * stretch.chunk
+            self.bm.append(stretch.prefill.request_id, processed)
+            stretch.prefill.num_processed += processed
+            self.num_resident_tokens += processed
+        self.num_steps += num_steps
+        self._after_decode_steps()
+        for request in done:
+            self._finish(request, times[-1])
+        return done
