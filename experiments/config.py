@@ -5,17 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from experiments.validate import config_error_from_pydantic
-from simcore.errors import ConfigError
+from experiments.validate import apply_override, config_error_from_pydantic, load_yaml_mapping, set_path
 from simcore.model import DTYPE_BYTES
 from workloads.spec import WorkloadSpec
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class KVCacheConfig(Strict):
@@ -128,7 +126,7 @@ class OutputConfig(Strict):
 class Experiment(Strict):
     name: str = "experiment"
     description: str = ""
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     # Model preset name, or a path to a Hugging Face config.json (relative to this file).
     model: str = "llama-3.1-8b"
     hardware: str = "h100-sxm"
@@ -177,60 +175,19 @@ def policy_labels(policies: list) -> list[str]:
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError("experiment file not found", source=str(path)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read experiment file: {exc.strerror}", source=str(path)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"invalid YAML: {problem}", source=str(path), where=where) from None
-    if not isinstance(data, dict):
-        raise ConfigError("an experiment file must be a mapping", source=str(path), expected="mapping",
-                          found=type(data).__name__)
-    return data
+    """An experiment file's mapping: YAML errors with line and column, duplicate keys rejected."""
+    return load_yaml_mapping(path, what="experiment file")
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], *, source: str | None = None) -> dict[str, Any]:
     """`key.path=value` overrides (value parsed as YAML); list items by index, e.g. policies.0.chunk_size=64."""
     for item in overrides:
-        if "=" not in item:
-            raise ConfigError("an override must look like key.path=value", source=source, found=item)
-        path, raw = item.split("=", 1)
-        value = yaml.safe_load(raw)
-        set_dotted(data, path.strip(), value, source=source)
+        apply_override(data, item, source=source)
     return data
 
 
 def set_dotted(data: dict[str, Any], path: str, value: Any, *, source: str | None = None) -> None:
-    keys = path.split(".")
-    node: Any = data
-    for i, key in enumerate(keys[:-1]):
-        if isinstance(node, list):
-            node = node[_index(key, node, keys[: i + 1], source)]
-            continue
-        if key not in node or node[key] is None:
-            node[key] = {}
-        node = node[key]
-    last = keys[-1]
-    if isinstance(node, list):
-        node[_index(last, node, keys, source)] = value
-    elif isinstance(node, dict):
-        node[last] = value
-    else:
-        raise ConfigError("cannot set a key inside a non-mapping", source=source, where=path)
-
-
-def _index(key: str, node: list, keys: list[str], source: str | None) -> int:
-    if not key.lstrip("-").isdigit() or not -len(node) <= int(key) < len(node):
-        raise ConfigError("list index out of range", source=source, where=".".join(keys),
-                          expected=f"an index below {len(node)}", found=key)
-    return int(key)
+    set_path(data, path, value, source=source)
 
 
 def parse_experiment(data: dict[str, Any], *, source: str | None) -> Experiment:

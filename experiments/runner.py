@@ -28,6 +28,9 @@ from simcore.presets import get_hardware, get_model
 from simcore.request import Request
 from workloads.spec import build_requests
 
+# Most KV blocks a tier may have: block state is kept per block, so this bounds memory.
+MAX_BLOCKS = 2**26
+
 
 @dataclass
 class PolicyRun:
@@ -55,13 +58,19 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
     model = get_model(exp.model, source=source)
     hardware = get_hardware(exp.hardware, source=source)
     kv_bytes = DTYPE_BYTES[exp.kv_cache.dtype]
-    bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel)
+    bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel, source=source)
     num_blocks = exp.kv_cache.num_blocks or num_gpu_blocks(
         model, hardware, block_size=exp.kv_cache.block_size, kv_dtype_bytes=kv_bytes,
         weight_dtype_bytes=DTYPE_BYTES[exp.weight_dtype], gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
         tensor_parallel=exp.tensor_parallel, source=source,
     )
     num_host_blocks = int(exp.kv_cache.host_memory_gib * GIB // bytes_per_block)
+    for where, count in (("kv_cache.num_blocks", num_blocks), ("kv_cache.host_memory_gib", num_host_blocks)):
+        if count > MAX_BLOCKS:
+            raise ConfigError(
+                f"{count:,} KV blocks is more than servesim tracks ({MAX_BLOCKS:,}); "
+                "use a larger kv_cache.block_size or less memory", source=source, where=where,
+            )
     return {
         "model": model, "hardware": hardware, "kv_dtype_bytes": kv_bytes, "block_bytes": bytes_per_block,
         "num_blocks": num_blocks, "num_host_blocks": num_host_blocks,

@@ -168,6 +168,15 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
                 f"needs {need} KV blocks for {request.num_final_positions} positions; "
                 f"the whole cache has {self.bm.num_blocks}"
             )
+        reserve = self.num_watermark_blocks()
+        prompt_blocks = self.bm.blocks_for(request.prompt_len)
+        if reserve and prompt_blocks > self.bm.num_blocks - reserve:
+            # Admission keeps the watermark free, so this prompt could never be admitted (vLLM
+            # rejects it the same way).
+            return (
+                f"its prompt needs {prompt_blocks} KV blocks; the watermark keeps {reserve} of the "
+                f"{self.bm.num_blocks} blocks free, leaving {self.bm.num_blocks - reserve}"
+            )
         return None
 
     def num_watermark_blocks(self) -> int:

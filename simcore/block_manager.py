@@ -351,24 +351,23 @@ class BlockManager:
 
     def check(self) -> None:
         """Invariants: every block is exactly one of free / evictable / referenced, counts add up."""
-        from collections import Counter
-
-        expected = Counter(b for table in self.block_tables.values() for b in table)
-        for block in range(self.num_blocks):
-            if self.ref_counts[block] != expected.get(block, 0):
-                raise AssertionError(
-                    f"block {block}: ref count {self.ref_counts[block]} != {expected.get(block, 0)} table entries"
-                )
+        expected = [0] * self.num_blocks
+        for table in self.block_tables.values():
+            for block in table:
+                expected[block] += 1
+        if expected != self.ref_counts:
+            block = next(b for b in range(self.num_blocks) if expected[b] != self.ref_counts[b])
+            raise AssertionError(f"block {block}: ref count {self.ref_counts[block]} != {expected[block]} table entries")
         free = set(self.free_blocks)
         if len(free) != len(self.free_blocks):
             raise AssertionError("a block appears twice in the free pool")
         evictable = set(self.evictable)
-        referenced = set(expected)
+        referenced = {b for b, count in enumerate(expected) if count}
         if free & referenced or evictable & referenced or free & evictable:
             raise AssertionError("a block is both free/evictable and referenced")
         if len(free) + len(evictable) + len(referenced) != self.num_blocks:
             raise AssertionError("block accounting does not add up")
-        if self.num_shared_blocks != sum(1 for c in self.ref_counts if c > 1):
+        if self.num_shared_blocks != self.num_blocks - self.ref_counts.count(0) - self.ref_counts.count(1):
             raise AssertionError("shared-block counter is off")
         for request_id, table in self.block_tables.items():
             stored = self.num_positions[request_id]

@@ -155,8 +155,9 @@ def simulate(
         for duration in durations.tolist():
             if clock >= arrival:
                 break  # this step would start after an arrival: the policy must see it first
-            if not duration > 0:
-                raise ServesimError(f"cost model returned a non-positive step time {duration!r}")
+            if not 0 < duration < math.inf:
+                raise ServesimError(f"cost model returned step time {duration!r}; "
+                                    "expected a positive finite number of seconds")
             clock = clock + duration
             if clock >= horizon:
                 break
@@ -205,8 +206,9 @@ def simulate(
                     continue
             plan = policy.schedule(env.now)
             if plan is None:
-                if state["arrivals_done"] and state["pending"] == 0:
-                    if policy.has_work():
+                if state["arrivals_done"] and not follow_up_times:
+                    # Nothing will arrive: not even a follow-up turn, whose parent may never run.
+                    if policy.has_work() or state["pending"]:
                         raise ServesimError(_stuck_message(policy, env.now))
                     return
                 state["wake"] = env.event()
@@ -214,8 +216,9 @@ def simulate(
                 continue
             start = env.now
             duration = cost_model.step_time(plan)
-            if not duration > 0:
-                raise ServesimError(f"cost model returned a non-positive step time {duration!r} for step {plan.step_id}")
+            if not 0 < duration < math.inf:
+                raise ServesimError(f"cost model returned step time {duration!r} for step {plan.step_id}; "
+                                    "expected a positive finite number of seconds")
             yield env.timeout(duration)
             for request in policy.complete(plan, env.now):
                 if children:

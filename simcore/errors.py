@@ -47,6 +47,22 @@ class ConfigError(ServesimError):
 
 
 def close_match(word: str, choices: Iterable[str]) -> str | None:
-    """The closest spelling among `choices`, for 'did you mean' hints."""
-    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    """The choice a misspelt `word` most likely meant, for 'did you mean' hints: the same letters
+    in another case or with dashes for underscores, then a unique choice starting with it
+    (h100 -> h100-sxm), then difflib's closest."""
+    options = [str(c) for c in choices]
+    if not isinstance(word, str) or not word or word in options:
+        return None
+
+    def norm(text: str) -> str:
+        return text.casefold().replace("-", "_").replace(" ", "_")
+
+    same = [c for c in options if norm(c) == norm(word)]
+    if same:
+        return same[0]
+    starts = [c for c in options if norm(c).startswith(norm(word))]
+    if len(starts) == 1:
+        return starts[0]
+    folded = {norm(c): c for c in options}
+    hints = difflib.get_close_matches(norm(word), list(folded), n=1, cutoff=0.6)
+    return folded[hints[0]] if hints else None

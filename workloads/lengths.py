@@ -29,7 +29,8 @@ def lognormal_lengths(
 ) -> np.ndarray:
     # Clip rather than redraw: cheap, vectorised and deterministic, at the price of small
     # point masses at the bounds, which is what "min/max" means in most serving benchmarks.
-    draws = median * np.exp(sigma * rng.standard_normal(num))
+    with np.errstate(over="ignore"):  # a huge sigma overflows to inf, which the clip below bounds
+        draws = median * np.exp(sigma * rng.standard_normal(num))
     return _round_clip(draws, min_len, max_len)
 
 

@@ -21,12 +21,17 @@ def run(args: argparse.Namespace) -> int:
     from experiments.config import load_experiment
     from experiments.runner import run_experiment
     from experiments.table import format_summary_table
+    from simcore.errors import ConfigError
 
     overrides = list(args.overrides)
     if args.check:
         overrides.append("limits.check_invariants=true")
     exp = load_experiment(args.experiment, overrides)
     out = args.out or Path("results") / exp.name
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the results folder ({exc.strerror})", where="--out", found=str(out)) from None
     echo = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     if echo:
         echo(f"servesim: {exp.name}: {len(exp.policies)} policies -> {out}")

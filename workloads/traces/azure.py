@@ -49,13 +49,15 @@ def read_azure(path: Path, *, keep_absolute: bool = False) -> TraceData:
 def _timestamps(frame: pd.DataFrame, column: str, *, source: Path) -> np.ndarray:
     """Wall-clock timestamps as seconds since the epoch; the first unparseable one names its row."""
     text = frame[column]
-    parsed = pd.to_datetime(text, format="ISO8601", errors="coerce", utc=True)
+    # As strings: pandas will read bare numbers as epoch times in a future version; here they are errors.
+    parsed = pd.to_datetime(text.astype(str), format="ISO8601", errors="coerce", utc=True)
     bad = np.flatnonzero(parsed.isna().to_numpy())
     if len(bad):
         i = int(bad[0])
         raise ConfigError(
             "not a timestamp", source=str(source), where=where("row", int(frame["row"].iat[i]), column),
-            expected="a time like 2023-11-16 18:15:46.6805900", found=text.iat[i],
+            expected="a time like 2023-11-16 18:15:46.6805900",
+            found=text.iat[i].item() if isinstance(text.iat[i], np.generic) else text.iat[i],
         )
     # Integer nanoseconds first: float seconds since 1970 keep only ~0.2 µs of resolution.
     nanos = parsed.dt.tz_localize(None).dt.as_unit("ns").astype("int64").to_numpy()

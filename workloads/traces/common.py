@@ -54,7 +54,7 @@ def numbers(frame: pd.DataFrame, column: str, *, source: Path, unit: str, label:
             i = int(bad[0])
             raise ConfigError(
                 "not a number", source=str(source), where=where(unit, int(frame["row"].iat[i]), label),
-                found=values.iat[i],
+                found=_short_cell(values.iat[i]),
             )
         values = coerced
     result = values.to_numpy(dtype=np.float64, na_value=np.nan)
@@ -63,8 +63,8 @@ def numbers(frame: pd.DataFrame, column: str, *, source: Path, unit: str, label:
         i = int(missing[0])
         place = where(unit, int(frame["row"].iat[i]), label)
         if np.isnan(result[i]) and _is_missing(frame[column].iat[i]):
-            raise ConfigError("empty cell" if unit == "row" else "missing value", source=str(source), where=place,
-                              expected="a number")
+            raise ConfigError("empty or NaN cell" if unit == "row" else "missing or NaN value", source=str(source),
+                              where=place, expected="a number")
         raise ConfigError("non-finite value", source=str(source), where=place, expected="a finite number",
                           found=str(values.iat[i]))
     return result
@@ -146,7 +146,8 @@ def read_csv(path: Path) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise ConfigError("the file is empty", source=str(path), expected="a header and data rows") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"not a readable CSV file ({exc})", source=str(path)) from None
+        detail = " ".join(str(exc).split())
+        raise ConfigError(f"not a readable CSV file ({detail})", source=str(path)) from None
     frame.columns = [str(c).strip() for c in frame.columns]
     frame["row"] = np.arange(1, len(frame) + 1)
     return frame
@@ -171,6 +172,12 @@ def _scalar_or_nan(value: Any) -> Any:
     if isinstance(value, (list, dict, bool)):
         return "not-a-number"
     return value
+
+
+def _short_cell(value: Any) -> Any:
+    """A bad cell as found in the file, cut short when it is a long list or object (JSONL)."""
+    text = repr(value)
+    return value if len(text) <= 60 else text[:57] + "..."
 
 
 def _plain(value: float) -> int | float:

@@ -227,6 +227,7 @@ def _plain_value(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _short(value: Any) -> str:
+def _short(value: Any) -> Any:
+    """The cell as found (ConfigError quotes it), cut short when long."""
     text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return value if len(text) <= 60 else text[:57] + "..."

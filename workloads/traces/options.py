@@ -62,6 +62,8 @@ def sample_rows(frame: pd.DataFrame, sample: TraceSample, *, seed: int, notes: l
 
 def sample_indices(num: int, sample: TraceSample, *, seed: int, notes: list[str], what: str = "rows") -> np.ndarray:
     if getattr(sample, "replace", False):
+        if num == 0:
+            return np.arange(0)  # nothing to resample from; the caller reports an empty trace
         rng = np.random.default_rng(sample.seed) if sample.seed is not None else stream(seed, "trace_sample")
         return np.sort(rng.choice(num, sample.n, replace=True))
     if sample.n >= num:

@@ -1,0 +1,207 @@
+"""Reproducers for bugs found by fuzzing and probing bad input (tests/test_fuzz_*.py).
+
+Every one is fixed and must pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+
+from backends.constant import ConstantCostModel
+from experiments.config import parse_experiment
+from experiments.runner import resolve_kv, run_experiment
+from experiments.validate import build_model_from_params, load_yaml_mapping, parse_yaml
+from policies.registry import make_policy
+from simcore.engine import simulate
+from simcore.errors import ConfigError, ServesimError
+from simcore.hf_config import model_from_hf_dict
+from tests.helpers import req
+from workloads.spec import build_requests, parse_workload
+
+BASE = {
+    "name": "t",
+    "model": "llama-3.1-8b",
+    "hardware": "h100-sxm",
+    "kv_cache": {"block_size": 16, "num_blocks": 64},
+    "workload": {
+        "num_requests": 5,
+        "arrivals": {"kind": "poisson", "rate": 8.0},
+        "prompt_len": {"kind": "uniform", "low": 10, "high": 100},
+        "output_len": {"kind": "uniform", "low": 1, "high": 20},
+    },
+    "cost_model": {"name": "constant"},
+    "policies": [{"name": "continuous"}],
+    "output": {"plots": False},
+}
+
+
+def with_changes(**changes) -> dict:  # noqa: ANN003
+    data = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        node = data
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return data
+
+
+def run(data: dict):  # noqa: ANN201
+    return run_experiment(parse_experiment(data, source="exp.yaml"), source=None)
+
+
+# --- fixed --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell", ["1e30", "99999999999999999999999", "9.3e18"])
+def test_huge_trace_token_counts_are_a_config_error(tmp_path, cell):
+    """Was: int64 overflow to a negative prompt_len, then a ValueError traceback from Request."""
+    (tmp_path / "t.csv").write_text(f"arrival_s,prompt_len,output_len\n0,10,5\n1,{cell},5\n")
+    spec = parse_workload({"trace": {"path": "t.csv", "format": "csv"}})
+    with pytest.raises(ConfigError, match=r"t.csv: row 2, column 'prompt_len': bad token count; expected at most"):
+        build_requests(spec, seed=0, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("t.jsonl", "jsonl"), ("m.jsonl", "mooncake"), ("s.json", "sharegpt")])
+def test_non_utf8_json_traces_are_a_config_error(tmp_path, name, fmt):
+    """Was: UnicodeDecodeError traceback."""
+    (tmp_path / name).write_bytes(b'{"arrival_s": 0}\n\xff\xfe\n')
+    data = {"trace": {"path": name, "format": fmt}}
+    if fmt == "sharegpt":
+        data["arrivals"] = {"kind": "poisson", "rate": 1.0}
+    with pytest.raises(ConfigError, match=rf"{name}.*UTF-8"):
+        build_requests(parse_workload(data), seed=0, base_dir=tmp_path)
+
+
+def test_resampling_an_empty_trace_is_a_config_error(tmp_path):
+    """Was: numpy ValueError from rng.choice(0, n, replace=True)."""
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_len,output_len\n")
+    spec = parse_workload({"trace": {"path": "t.csv", "format": "csv", "sample": {"n": 3, "replace": True}}})
+    with pytest.raises(ConfigError, match="the trace gives no requests"):
+        build_requests(spec, seed=0, base_dir=tmp_path)
+
+
+def test_header_only_trace_is_an_error_not_an_empty_run(tmp_path):
+    """Was: a run of 0 requests with a summary full of blanks."""
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_len,output_len\n")
+    with pytest.raises(ConfigError, match=r"workload.trace.path: the trace gives no requests"):
+        build_requests(parse_workload({"trace": {"path": "t.csv", "format": "csv"}}), seed=0, base_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("arrivals", {"kind": "poisson", "rate": math.inf}), ("prompt_len", {"kind": "lognormal", "median": 5,
+                                                                          "sigma": math.inf}),
+     ("prompt_len", {"kind": "fixed", "value": 2**63}), ("output_len", {"kind": "uniform", "low": 1, "high": 2**70}),
+     ("prompt_len", {"kind": "empirical", "values": [10**20]}), ("num_requests", 10**20)],
+)
+def test_non_finite_and_huge_workload_numbers_are_rejected(field, value):
+    """Was: all arrivals at t=0 (rate inf), NaN lengths or int64 overflow (tracebacks)."""
+    with pytest.raises(ConfigError, match=rf"exp.yaml: workload.{field}"):
+        parse_experiment(with_changes(**{f"workload.{field}": value}), source="exp.yaml")
+
+
+def test_lognormal_without_max_stays_in_range():
+    """Huge draws are clipped to the largest token count instead of wrapping to negative int64."""
+    spec = parse_workload({"num_requests": 50, "arrivals": {"kind": "burst"},
+                           "prompt_len": {"kind": "lognormal", "median": 1e300, "sigma": 300},
+                           "output_len": {"kind": "fixed", "value": 1}})
+    requests = build_requests(spec, seed=0, base_dir=Path("."))
+    assert all(1 <= r.prompt_len <= 2**31 - 1 for r in requests)
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [({"step_s": "abc"}, r"cost_model.step_s: wrong type; expected a number, found 'abc'"),
+     ({"step_s": math.inf}, r"cost_model.step_s: not a finite number"),
+     ({"step_s": math.nan}, r"cost_model.step_s: not a finite number"),
+     ({"step_s": -1.0}, r"step_s: expected a finite number >= 0, found -1.0"),
+     ({"step_s": 0, "per_token_s": 0}, r"every step would take no time"),
+     ({"step_s": True}, r"cost_model.step_s: wrong type")],
+)
+def test_constant_cost_params_are_checked(params, match):
+    """Was: a TypeError traceback at the first step ('abc'), or inf/NaN step times in the results."""
+    with pytest.raises(ConfigError, match=match):
+        build_model_from_params(ConstantCostModel, params, where="cost_model", source="exp.yaml")
+
+
+def test_hf_config_rejects_infinity_and_hints_misspelt_keys():
+    raw = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+           "vocab_size": 256}
+    with pytest.raises(ConfigError, match="rms_norm_eps: invalid value; expected a finite positive number"):
+        model_from_hf_dict({**raw, "rms_norm_eps": math.inf}, source="config.json")
+    typo = {k: v for k, v in raw.items() if k != "vocab_size"} | {"vocab_sise": 256}
+    with pytest.raises(ConfigError, match="vocab_size: required key is missing \\(the file has 'vocab_sise'"):
+        model_from_hf_dict(typo, source="config.json")
+
+
+def test_union_tags_are_not_part_of_the_field_path():
+    """Was: workload.arrivals.poisson.rate / policies[0].static.admission (pydantic's union tags)."""
+    with pytest.raises(ConfigError) as err:
+        parse_experiment(with_changes(**{"policies": [{"name": "static", "admission": "x"}]}), source="exp.yaml")
+    assert "policies[0].admission" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_experiment(with_changes(**{"workload.prefix": {"num_prefixes": 1, "prefix_len": {"kind": "fixed",
+                         "value": 2}, "choice": {"kind": "zipf", "q": 1}}}), source="exp.yaml")
+    assert "workload.prefix.choice.q: unknown key; expected one of ['kind', 's']" in str(err.value)
+
+
+def test_misspelt_key_is_reported_before_the_key_it_replaced():
+    with pytest.raises(ConfigError, match=r"workload.arrivals.rat: unknown key.*did you mean 'rate'"):
+        parse_experiment(with_changes(**{"workload.arrivals": {"kind": "poisson", "rat": 3}}), source="exp.yaml")
+
+
+def test_strict_yaml_loader(tmp_path):
+    with pytest.raises(ConfigError, match=r"line 2, column 1: invalid YAML: duplicate key 'a' \(first given at line 1"):
+        parse_yaml("a: 1\na: 2\n", source="x.yaml")
+    assert parse_yaml("base: &b {x: 1}\nother:\n  <<: *b\n  x: 2\n") == {"base": {"x": 1}, "other": {"x": 2}}
+    (tmp_path / "bin.yaml").write_bytes(b"a: \xff\n")
+    with pytest.raises(ConfigError, match="bin.yaml: experiment file is not UTF-8 text"):
+        load_yaml_mapping(tmp_path / "bin.yaml")
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_yaml_mapping(tmp_path)
+
+
+# --- found by fuzzing, fix proposed for a file owned elsewhere ----------------------------------
+
+
+def test_stuck_parent_with_pending_follow_up_is_a_clean_error():
+    """The parent can never be admitted (watermark); its follow-up turn waits on it: SimPy ran out of
+    events and raised RuntimeError instead of the engine's 'the run cannot finish' ServesimError."""
+    policy = make_policy("continuous", num_blocks=2, block_size=1, admission="watermark", watermark=0.5)
+    policy.rejection_reason = lambda request: None  # stuck on purpose, whatever admission rejects up front
+    requests = [req(0, 0.0, 2, 1), req(1, 0.0, 5, 1, parent_id=0, think_time_s=0.0)]
+    with pytest.raises(ServesimError, match="cannot finish"):
+        simulate(requests, policy, ConstantCostModel())
+
+
+def test_request_that_only_fits_without_the_watermark_is_rejected():
+    """vLLM's can_allocate says NEVER when total blocks - needed < watermark blocks; here the request
+    waits forever and the run fails as stuck instead of rejecting that one request."""
+    policy = make_policy("continuous", num_blocks=2, block_size=1, admission="watermark", watermark=0.5)
+    result = simulate([req(0, 0.0, 2, 1), req(1, 0.0, 1, 1)], policy, ConstantCostModel())
+    assert [r.request_id for r in result.rejected] == [0] and "watermark" in result.rejected[0].reject_reason
+
+
+@pytest.mark.parametrize("field", ["kv_cache.host_memory_gib", "metrics.delivery_ms", "limits.max_wall_time_s"])
+def test_infinite_experiment_numbers_are_rejected(field):
+    """host_memory_gib: inf was a ValueError traceback (int(nan)); delivery_ms: inf gave inf latencies."""
+    section, key = field.split(".")
+    data = copy.deepcopy(BASE)
+    data.setdefault(section, {})[key] = math.inf
+    with pytest.raises(ConfigError, match=rf"exp.yaml: {field}"):
+        parse_experiment(data, source="exp.yaml")
+
+
+def test_absurd_kv_sizes_are_a_config_error():
+    """BlockManager and HostPool build every block up front: 10**12 blocks exhaust memory (OOM kill).
+    Derived sizes too: tiny-llama on an h200 gives 34M blocks (10 s, 2.7 GB) and with block_size 1,
+    550M (killed). Only resolve_kv is called here, which is cheap."""
+    for changes in ({"kv_cache.num_blocks": 10**12}, {"kv_cache.host_memory_gib": 1e9}):
+        exp = parse_experiment(with_changes(**changes), source="exp.yaml")
+        with pytest.raises(ConfigError):
+            resolve_kv(exp, source="exp.yaml")
