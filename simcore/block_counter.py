@@ -10,10 +10,10 @@ to `BlockManager` (tested); the runner picks it automatically.
 from __future__ import annotations
 
 from simcore.block_manager import PrefixHit
-from simcore.decode_blocks import blocks_added_by_step, first_new_block_step, max_steps_within
+from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, first_new_block_step, max_steps_within
 
 
-class BlockCounter:
+class BlockCounter(BlockArithmetic):
     enable_prefix_caching = False
     on_evict = None
     num_evictions = 0
@@ -36,23 +36,10 @@ class BlockCounter:
     def num_free_blocks(self) -> int:
         return self._free
 
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - self._free
-
-    def blocks_for(self, num_positions: int) -> int:
-        return -(-num_positions // self.block_size)
-
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
         after = self.num_positions.get(request_id, 0) + num_new_positions
         need = self.blocks_for(after) - self.num_table_blocks.get(request_id, 0)
         return need if need > 0 else 0
-
-    def can_allocate(self, num_blocks: int, *, reserve: int = 0) -> bool:
-        return num_blocks + reserve <= self._free
-
-    def can_append(self, request_id: int, num_new_positions: int, *, reserve: int = 0) -> bool:
-        return self.can_allocate(self.num_new_blocks_needed(request_id, num_new_positions), reserve=reserve)
 
     def lookup_prefix(self, hashes, contents, root=()) -> PrefixHit:  # noqa: ANN001
         return PrefixHit((), ())

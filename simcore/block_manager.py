@@ -14,7 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from simcore.decode_blocks import blocks_added_by_step, first_new_block_step, max_steps_within
+from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, first_new_block_step, max_steps_within
 from simcore.prefix import BlockContent
 
 
@@ -30,7 +30,7 @@ class PrefixHit:
         return len(self.block_ids)
 
 
-class BlockManager:
+class BlockManager(BlockArithmetic):
     def __init__(
         self,
         num_blocks: int,
@@ -80,14 +80,6 @@ class BlockManager:
         """Blocks that can be handed out now: truly free plus evictable cache entries."""
         return len(self.free_blocks) + len(self.evictable)
 
-    @property
-    def num_used_blocks(self) -> int:
-        """Blocks referenced by at least one request."""
-        return self.num_blocks - self.num_free_blocks
-
-    def blocks_for(self, num_positions: int) -> int:
-        return -(-num_positions // self.block_size)
-
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
         """Blocks to add so the request can store `num_new_positions` more positions."""
         have = len(self.block_tables.get(request_id, ()))
@@ -98,13 +90,6 @@ class BlockManager:
         if num_new_positions > 0 and self._needs_copy_on_write(request_id):
             need += 1
         return need
-
-    def can_allocate(self, num_blocks: int, *, reserve: int = 0) -> bool:
-        """Whether `num_blocks` can be taken while still leaving `reserve` blocks free."""
-        return num_blocks + reserve <= self.num_free_blocks
-
-    def can_append(self, request_id: int, num_new_positions: int, *, reserve: int = 0) -> bool:
-        return self.can_allocate(self.num_new_blocks_needed(request_id, num_new_positions), reserve=reserve)
 
     # ---- prefix cache ---------------------------------------------------------------------
 

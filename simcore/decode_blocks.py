@@ -43,3 +43,29 @@ def blocks_added_by_step(firsts: list[int], block_size: int, num_steps: int) -> 
     for j in range(1, num_steps + 1):
         added[j] += added[j - 1]
     return added[1:]
+
+
+class BlockArithmetic:
+    """Capacity checks shared by both block managers (they differ in how blocks are held)."""
+
+    block_size: int
+    num_blocks: int
+    num_free_blocks: int
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks referenced by at least one request."""
+        return self.num_blocks - self.num_free_blocks
+
+    def blocks_for(self, num_positions: int) -> int:
+        return -(-num_positions // self.block_size)
+
+    def can_allocate(self, num_blocks: int, *, reserve: int = 0) -> bool:
+        """Whether `num_blocks` can be taken while still leaving `reserve` blocks free."""
+        return num_blocks + reserve <= self.num_free_blocks
+
+    def can_append(self, request_id: int, num_new_positions: int, *, reserve: int = 0) -> bool:
+        return self.can_allocate(self.num_new_blocks_needed(request_id, num_new_positions), reserve=reserve)
+
+    def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
+        raise NotImplementedError

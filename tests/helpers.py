@@ -27,3 +27,21 @@ def drive(policy, now: float = 0.0, step_s: float = 0.01):
     policy.complete(plan, now + step_s)
     policy.check()
     return plan, now + step_s
+
+
+# A small valid experiment mapping for tests that mutate or break one field at a time.
+SMALL_EXPERIMENT = {
+    "name": "t",
+    "model": "llama-3.1-8b",
+    "hardware": "h100-sxm",
+    "kv_cache": {"block_size": 16, "num_blocks": 64},
+    "workload": {
+        "num_requests": 5,
+        "arrivals": {"kind": "poisson", "rate": 8.0},
+        "prompt_len": {"kind": "uniform", "low": 10, "high": 100},
+        "output_len": {"kind": "uniform", "low": 1, "high": 20},
+    },
+    "cost_model": {"name": "constant"},
+    "policies": [{"name": "continuous"}],
+    "output": {"plots": False},
+}

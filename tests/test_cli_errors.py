@@ -20,24 +20,11 @@ import pytest
 import yaml
 
 from experiments.cli import main
+from tests.helpers import SMALL_EXPERIMENT
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BASE = {
-    "name": "t",
-    "model": "llama-3.1-8b",
-    "hardware": "h100-sxm",
-    "kv_cache": {"block_size": 16, "num_blocks": 64},
-    "workload": {
-        "num_requests": 5,
-        "arrivals": {"kind": "poisson", "rate": 8.0},
-        "prompt_len": {"kind": "uniform", "low": 10, "high": 100},
-        "output_len": {"kind": "uniform", "low": 1, "high": 20},
-    },
-    "cost_model": {"name": "constant"},
-    "policies": [{"name": "static", "max_batch_size": 4}],
-    "output": {"plots": False},
-}
+BASE = {**SMALL_EXPERIMENT, "policies": [{"name": "static", "max_batch_size": 4}]}
 
 
 def write(folder: Path, data=None, text: str | None = None, name: str = "exp.yaml") -> Path:  # noqa: ANN001

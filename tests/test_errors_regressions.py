@@ -19,24 +19,10 @@ from policies.registry import make_policy
 from simcore.engine import simulate
 from simcore.errors import ConfigError, ServesimError
 from simcore.hf_config import model_from_hf_dict
-from tests.helpers import req
+from tests.helpers import SMALL_EXPERIMENT, req
 from workloads.spec import build_requests, parse_workload
 
-BASE = {
-    "name": "t",
-    "model": "llama-3.1-8b",
-    "hardware": "h100-sxm",
-    "kv_cache": {"block_size": 16, "num_blocks": 64},
-    "workload": {
-        "num_requests": 5,
-        "arrivals": {"kind": "poisson", "rate": 8.0},
-        "prompt_len": {"kind": "uniform", "low": 10, "high": 100},
-        "output_len": {"kind": "uniform", "low": 1, "high": 20},
-    },
-    "cost_model": {"name": "constant"},
-    "policies": [{"name": "continuous"}],
-    "output": {"plots": False},
-}
+BASE = {**SMALL_EXPERIMENT}
 
 
 def with_changes(**changes) -> dict:  # noqa: ANN003
