@@ -20,12 +20,7 @@ class BlockCounter(BlockArithmetic):
     num_shared_blocks = 0
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
+        super().__init__(num_blocks, block_size)
         self._free = num_blocks
         self.num_table_blocks: dict[int, int] = {}
         self.num_positions: dict[int, int] = {}

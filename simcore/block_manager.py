@@ -39,12 +39,7 @@ class BlockManager(BlockArithmetic):
         free_block_order: Sequence[int] | None = None,
         enable_prefix_caching: bool = False,
     ) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        self.num_blocks = num_blocks
-        self.block_size = block_size
+        super().__init__(num_blocks, block_size)
         self.enable_prefix_caching = enable_prefix_caching
         order = list(range(num_blocks)) if free_block_order is None else list(free_block_order)
         if sorted(order) != list(range(num_blocks)):

@@ -48,9 +48,15 @@ def blocks_added_by_step(firsts: list[int], block_size: int, num_steps: int) -> 
 class BlockArithmetic:
     """Capacity checks shared by both block managers (they differ in how blocks are held)."""
 
-    block_size: int
-    num_blocks: int
     num_free_blocks: int
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        if num_blocks < 1:
+            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
 
     @property
     def num_used_blocks(self) -> int:
