@@ -402,13 +402,17 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
     def _finish(self, request: Request, at: float) -> None:
         self.running.remove(request)
         self.num_resident_tokens -= request.num_processed
-        self.bm.free(request.request_id)
+        self._release_blocks(request)
         self._prefix.pop(request.request_id, None)
         self._preempted_at.pop(request.request_id, None)
         del self.by_id[request.request_id]
         request.status = Status.FINISHED
         request.finish_s = at
         self.finished.append(request)
+
+    def _release_blocks(self, request: Request) -> None:
+        """A finished request's blocks go back (a policy may hold them longer)."""
+        self.bm.free(request.request_id)
 
     def drain_unfinished(self) -> list[Request]:
         """When a time horizon ends the run: everything still queued or running, marked unfinished."""

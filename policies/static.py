@@ -3,7 +3,8 @@
 Finished rows stop computing but their slots stay unused until the whole group completes
 (head-of-line blocking, seed 21.3). Each member reserves its prompt + outputs up front, as a
 static engine preallocates; with `padded: true` every member reserves the group's longest
-length, so the rectangular padding counts as storage (seed 21.1).
+length and keeps it until the group is done, so the rectangular padding counts as storage
+(seed 21.1). Padding is storage only here: attention cost still follows each row's own length.
 """
 
 from __future__ import annotations
@@ -21,15 +22,26 @@ class StaticPolicy(BasePolicy):
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.max_batch_size = max_batch_size
         self.padded = padded
+        # Padded rows keep their rectangle until the whole group is done.
+        self._held: list[int] = []
 
     def _fill(self, now: float) -> None:
         if not self.running:
+            for request_id in self._held:
+                self.bm.free(request_id)
+            self._held.clear()
             self._form_group(now)
             return
         for request in self.running:
             num_new = request.num_pending
             self._plan.copies.extend(self.bm.append(request.request_id, num_new))  # type: ignore[union-attr]
             self._add_seq(request, num_new)
+
+    def _release_blocks(self, request: Request) -> None:
+        if self.padded:
+            self._held.append(request.request_id)
+        else:
+            self.bm.free(request.request_id)
 
     def _may_admit_during_stretch(self) -> bool:
         return False  # newcomers wait for the whole group

@@ -176,3 +176,22 @@ def test_static_padded_reserves_the_group_maximum():
     # Each row reserves the longest member's 40 positions: 10 blocks, 30 in all.
     assert policy.bm.num_used_blocks == 30
 
+
+
+def test_static_padded_rows_hold_their_rectangle_until_the_group_is_done():
+    policy = make_policy("static", num_blocks=100, block_size=4, max_batch_size=3, padded=True)
+    for i, output_len in enumerate((2, 5, 9)):
+        policy.add(req(i, 0.0, 4, output_len), 0.0)
+    from tests.helpers import drive
+
+    now = 0.0
+    used = []
+    while policy.has_work() or policy.bm.num_used_blocks:
+        plan, now = drive(policy, now)
+        if plan is None:
+            break
+        used.append(policy.bm.num_used_blocks)
+    # Three rows of the longest length (4 + 9 - 1 = 12 positions: 3 blocks) until the last finishes.
+    assert used[:-1] == [9] * (len(used) - 1)
+    policy.schedule(now)  # the next group forms: the rectangle is released
+    assert policy.bm.num_used_blocks == 0
