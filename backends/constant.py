@@ -37,11 +37,6 @@ class ConstantCostModel:
         compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * len(plan.seqs)
         return compute + self.transfer_time(plan)
 
-    def decode_step_times(self, batch_size: int, sum_context_start: int, num_steps: int) -> np.ndarray:
-        """Times of consecutive decode-only steps, bit-equal to step_time on those plans."""
-        compute = self.step_s + self.per_token_s * batch_size + self.per_request_s * batch_size
-        return np.full(num_steps, compute + 0.0)
-
     def aggregate_step_times(self, num_tokens, num_seqs, num_selecting, attn_work, kv_positions) -> np.ndarray:  # noqa: ANN001
         """Times of steps given by their aggregate shape, bit-equal to step_time without transfers."""
         compute = self.step_s + self.per_token_s * np.asarray(num_tokens) + self.per_request_s * np.asarray(num_seqs)

@@ -144,10 +144,8 @@ class RooflineCostModel:
             raise ValueError("need batch_size >= 1, num_steps >= 0, sum_context_start >= 0")
         sum_context = sum_context_start + np.arange(num_steps, dtype=np.int64) * batch_size
         # With q_i = 1: sum q (2c + q) = 2 sum c + B, and positions touched = sum c + B.
-        attn_work = 2 * sum_context + batch_size
-        times = self._compute_time(batch_size, batch_size, batch_size, attn_work,
-                                   sum_context + batch_size, np.maximum)
-        return np.asarray(times, dtype=np.float64)
+        return self.aggregate_step_times(batch_size, batch_size, batch_size, 2 * sum_context + batch_size,
+                                         sum_context + batch_size)
 
     def aggregate_step_times(self, num_tokens: Any, num_seqs: Any, num_selecting: int, attn_work: Any,
                              kv_positions: Any) -> np.ndarray:

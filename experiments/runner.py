@@ -48,11 +48,6 @@ class ExperimentRun:
     info: dict = field(default_factory=dict)
 
 
-def fresh_copy(request: Request) -> Request:
-    """An untouched copy of a workload request (simulate copies on arrival; tests use this too)."""
-    return dataclasses.replace(request)
-
-
 def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
     """Model, hardware and KV capacity facts every policy run shares."""
     model = get_model(exp.model, source=source)

@@ -11,7 +11,7 @@ it first (copy-on-write).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, first_new_block_step, max_steps_within
@@ -243,14 +243,6 @@ class BlockManager(BlockArithmetic):
         for block in reversed(table):
             self._drop_reference(block)
 
-    def truncate(self, request_id: int, num_positions: int) -> None:
-        """Shrink a request to its first `num_positions` stored positions (e.g. unused reservation)."""
-        table = self.block_tables[request_id]
-        keep = self.blocks_for(num_positions)
-        while len(table) > keep:
-            self._drop_reference(table.pop())
-        self.num_positions[request_id] = min(self.num_positions[request_id], num_positions)
-
     def locate(self, request_id: int, position: int) -> tuple[int, int]:
         """(physical block, slot) holding a logical position: table[t // block_size], t % block_size."""
         logical, slot = divmod(position, self.block_size)
@@ -325,9 +317,6 @@ class BlockManager(BlockArithmetic):
             else:
                 self.num_filled[block] = 0
                 self.free_blocks.append(block)
-
-    def referenced_blocks(self) -> Iterable[int]:
-        return (b for b, c in enumerate(self.ref_counts) if c > 0)
 
     def check(self) -> None:
         """Invariants: every block is exactly one of free / evictable / referenced, counts add up."""

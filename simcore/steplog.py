@@ -109,10 +109,6 @@ class StepLog:
             self._writer.close()
             self._writer = None
 
-    @property
-    def columns(self) -> dict[str, Any]:
-        return self.as_dict()
-
     def as_dict(self) -> dict[str, Any]:
         """Every step as columns (numpy arrays); reads a spill file back if there is one."""
         if self._spilled:

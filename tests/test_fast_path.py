@@ -8,7 +8,6 @@ import pandas as pd
 import pytest
 
 from backends.constant import ConstantCostModel
-from experiments.runner import fresh_copy
 from policies.registry import make_policy
 from simcore.engine import RunLimits, simulate
 from simcore.metrics import request_frame
@@ -53,7 +52,7 @@ def run_both(requests, name, opts, *, cost, caching: bool, horizon=None):
         policy = make_policy(name, num_blocks=64, block_size=4, prefix_caching=caching,
                              num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96,
                              **opts)
-        result = simulate([fresh_copy(r) for r in requests], policy, cost,
+        result = simulate(requests, policy, cost,
                           limits=RunLimits(fast_forward=fast, max_sim_time_s=horizon))
         frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
     return frames
@@ -97,7 +96,7 @@ def test_counting_blocks_matches_tracking_block_ids(name, opts):
         policy = make_policy(name, num_blocks=64, block_size=4, max_num_seqs=12, max_num_batched_tokens=96,
                              track_block_ids=track, **opts)
         assert isinstance(policy.bm, BlockCounter) != track
-        result = simulate([fresh_copy(r) for r in requests], policy, cost, limits=RunLimits(check_invariants=True))
+        result = simulate(requests, policy, cost, limits=RunLimits(check_invariants=True))
         frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), result.itl))
     pd.testing.assert_frame_equal(frames[0][0], frames[1][0])
     pd.testing.assert_frame_equal(frames[0][1], frames[1][1])

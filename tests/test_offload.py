@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.runner import fresh_copy
 from policies.registry import make_policy
 from tests.helpers import drive, req, run
 from tests.test_policies import pressured_workload
@@ -46,7 +45,7 @@ def test_offload_policy_finishes_everything_and_matches_recompute_outputs():
     workload = pressured_workload(seed=11)
     outputs = {}
     for name, opts in (("continuous", {}), ("offload", {"base": "continuous"}), ("offload", {"chunk_size": 8})):
-        policy, result = run([fresh_copy(r) for r in workload], name, num_blocks=24, block_size=BS,
+        policy, result = run(workload, name, num_blocks=24, block_size=BS,
                              num_host_blocks=200, max_num_seqs=8, max_num_batched_tokens=48, **opts)
         outputs[(name, tuple(opts.items()))] = {r.request_id: r.num_outputs for r in result.finished}
         assert len(result.finished) == len(workload)

@@ -7,7 +7,6 @@ import random
 import pytest
 
 from backends.constant import ConstantCostModel
-from experiments.runner import fresh_copy
 from policies.registry import make_policy
 from simcore.engine import RunLimits, simulate
 from simcore.errors import ServesimError
@@ -31,7 +30,7 @@ def pressured_workload(n: int = 40, seed: int = 1):
 @pytest.mark.parametrize("name,opts", POLICY_OPTIONS)
 def test_every_request_finishes_once_under_pressure(name, opts):
     workload = pressured_workload()
-    policy, result = run([fresh_copy(r) for r in workload], name, num_blocks=30, block_size=4,
+    policy, result = run(workload, name, num_blocks=30, block_size=4,
                          max_num_seqs=8, max_num_batched_tokens=48, **opts)
     ids = sorted(r.request_id for r in result.requests)
     assert ids == list(range(len(workload)))
@@ -46,7 +45,7 @@ def test_recompute_and_swap_give_the_same_output_lengths(name, opts):
     workload = pressured_workload(seed=3)
     outputs = {}
     for mode in ("recompute", "swap"):
-        policy, result = run([fresh_copy(r) for r in workload], name, num_blocks=24, block_size=4,
+        policy, result = run(workload, name, num_blocks=24, block_size=4,
                              num_host_blocks=200, preemption=mode, max_num_seqs=8,
                              max_num_batched_tokens=48, **opts)
         outputs[mode] = {r.request_id: r.num_outputs for r in result.finished}
@@ -96,7 +95,7 @@ def test_hand_computed_swap_transfer_time_with_constant_cost_model():
 
 def test_reserve_admission_never_preempts():
     workload = pressured_workload(seed=5)
-    policy, result = run([fresh_copy(r) for r in workload], "continuous", num_blocks=30, block_size=4,
+    policy, result = run(workload, "continuous", num_blocks=30, block_size=4,
                          admission="reserve", max_num_batched_tokens=48)
     assert sum(policy.num_preemptions.values()) == 0
     assert len(result.finished) == len(workload)

@@ -131,7 +131,7 @@ def test_hit_rate_metrics_and_caching_off_vs_on():
     assert outputs[0] == outputs[1]
     hits = sum(r.num_prefix_hit_tokens for r in results[True].finished)
     assert hits >= 27 * 24  # every request after the first of each prefix reuses all 6 blocks
-    assert sum(results[True].steps.columns["num_prefill_tokens"]) < sum(results[False].steps.columns["num_prefill_tokens"])
+    assert sum(results[True].steps.as_dict()["num_prefill_tokens"]) < sum(results[False].steps.as_dict()["num_prefill_tokens"])
 
 
 @settings(max_examples=60, deadline=None)

@@ -64,7 +64,7 @@ def test_21_6_payload_follows_processing_not_selection():
 def test_prompt_p_stopping_after_n_outputs_keeps_p_plus_n_minus_1_positions():
     requests = [req(i, 0.01 * i, prompt_len=3 + i, output_len=1 + (i % 5)) for i in range(20)]
     for name, opts in (("static", {}), ("continuous", {}), ("chunked_prefill", {"chunk_size": 3})):
-        _, result = run(_copies(requests), name, **opts)
+        _, result = run(requests, name, **opts)
         for r in result.finished:
             assert r.num_processed == r.prompt_len + r.num_outputs - 1
             assert r.num_outputs == r.output_len
@@ -73,12 +73,6 @@ def test_prompt_p_stopping_after_n_outputs_keeps_p_plus_n_minus_1_positions():
 def test_max_tokens_caps_outputs():
     _, result = run([req(0, 0.0, prompt_len=4, output_len=50, max_tokens=7)], "continuous")
     assert result.finished[0].num_outputs == 7
-
-
-def _copies(requests):
-    from experiments.runner import fresh_copy
-
-    return [fresh_copy(r) for r in requests]
 
 
 # ---- 21.2: TTFT = 8 + 20 + 5 ms; TPOT = (180 - 100) / (5 - 1) -------------------------------
