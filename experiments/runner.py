@@ -26,7 +26,7 @@ from simcore.model import DTYPE_BYTES, GIB
 from simcore.prefix import PrefixHasher
 from simcore.presets import get_hardware, get_model
 from simcore.request import Request
-from workloads.spec import build_requests
+from workloads.spec import build_workload
 
 # Most KV blocks a tier may have: block state is kept per block, so this bounds memory.
 MAX_BLOCKS = 2**26
@@ -83,9 +83,15 @@ def run_experiment(
     source_str = str(source) if source is not None else None
     base_dir = Path(source).parent if source is not None else Path.cwd()
     kv = resolve_kv(exp, source=source_str)
-    template = build_requests(exp.workload, seed=exp.seed, base_dir=base_dir, source=source_str)
+    workload = build_workload(exp.workload, seed=exp.seed, base_dir=base_dir, source=source_str)
+    template = workload.requests
     labels = policy_labels(exp.policies)
     run = ExperimentRun(exp, info=_run_info(exp, kv, len(template)))
+    # What the workload builder dropped or estimated is said, never silent.
+    run.info["workload_notes"] = list(workload.notes)
+    if echo is not None:
+        for note in workload.notes:
+            echo(f"  workload: {note}")
     ctx = CostContext(
         model=kv["model"], hardware_name=exp.hardware, kv_dtype_bytes=kv["kv_dtype_bytes"],
         weight_dtype_bytes=DTYPE_BYTES[exp.weight_dtype], block_size=exp.kv_cache.block_size,

@@ -52,7 +52,6 @@ class RunResult:
     wall_time_s: float
     num_events: int = 0
     itl: ItlLog = field(default_factory=ItlLog)
-    notes: list[str] = field(default_factory=list)
 
     @property
     def requests(self) -> list[Request]:

@@ -40,3 +40,18 @@ def test_step_records_stay_readable_after_the_results_are_written(tmp_path):
     run = run_experiment(load_experiment(path, ["workload.num_requests=12"]), source=path, out_dir=tmp_path)
     steps = run.runs[0].result.steps
     assert steps.spilled and len(steps.as_dict()["step_id"]) == len(steps)
+
+
+def test_rows_a_trace_reader_drops_are_reported(tmp_path, capsys):
+    trace = Path(__file__).parent / "data" / "burstgpt_sample.csv"
+    experiment = tmp_path / "burst.yaml"
+    experiment.write_text(
+        "name: burst\nmodel: llama-3.1-8b\nhardware: h100-sxm\n"
+        f"workload: {{trace: {{path: '{trace}', format: burstgpt}}}}\n"
+        "policies: [{name: continuous}]\noutput: {plots: false}\n"
+    )
+    assert main(["run", str(experiment), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "note: workload: burstgpt_sample.csv: dropped" in err and "with 0 response tokens" in err
+    info = json.loads((tmp_path / "out" / "run_info.json").read_text())
+    assert info["workload_notes"]

@@ -36,6 +36,9 @@ def run(args: argparse.Namespace) -> int:
     if echo:
         echo(f"servesim: {exp.name}: {len(exp.policies)} policies -> {out}")
     result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
+    if echo is None:
+        for note in result.info.get("workload_notes", []):
+            print(f"note: workload: {note}", file=sys.stderr)
     print(format_summary_table([r.summary for r in result.runs]))
     for r in result.runs:
         if r.result.end_reason != "done":
