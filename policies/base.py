@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from policies.budget import StepBudget
-from policies.fast_path import StretchMixin
+from policies.fast_path import StretchMixin, request_ids
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
 from policies.prefix_reuse import PrefixReuseMixin
@@ -245,7 +245,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         else one by one with preemption. Both ways allocate in the same order."""
         builder = self._plan
         assert builder is not None
-        ids = [r.request_id for r in decoders]
+        ids = request_ids(decoders)
         if decoders and len(decoders) <= budget.num_tokens and self.bm.max_decode_steps(ids, 1) == 1:
             self.bm.append_decode_steps(ids, 1)
             tables = self.emit_block_tables
@@ -427,6 +427,9 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         if self.host is not None:
             self.host.check(self.host_prefix.held_blocks() if self.host_prefix is not None else [])
         for request in self.running:
+            if request.num_pending < 1:
+                # The fast path relies on it: a pass covering every known token selects an output.
+                raise AssertionError(f"running request {request.request_id} has no position to process")
             stored = self.bm.num_positions.get(request.request_id)
             if stored != request.num_processed:
                 raise AssertionError(

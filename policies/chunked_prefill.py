@@ -12,6 +12,7 @@ from typing import Literal
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
+from policies.fast_path import request_ids, steps_to_first_finish
 from policies.stretch import Stretch
 from simcore.request import Request
 
@@ -97,16 +98,16 @@ class ChunkedPrefillPolicy(BasePolicy):
         pending = prefill.num_tokens - prefill.num_processed
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
         if decoders:
-            num_steps = min(num_steps, min(r.num_target_outputs - r.num_outputs for r in decoders))
-        num_steps = self._steps_with_blocks(decoders, prefill, chunk, num_steps)
+            num_steps = min(num_steps, steps_to_first_finish(decoders))
+        ids = request_ids(decoders)
+        num_steps = self._steps_with_blocks(ids, prefill, chunk, num_steps)
         if num_steps < 1:
             return None
-        return Stretch(num_steps, list(decoders), sum(r.num_processed for r in decoders),
+        return Stretch(num_steps, decoders, ids, sum(r.num_processed for r in decoders),
                        prefill, chunk, prefill.num_processed)
 
-    def _steps_with_blocks(self, decoders: list[Request], prefill: Request, chunk: int, limit: int) -> int:
+    def _steps_with_blocks(self, ids: list[int], prefill: Request, chunk: int, limit: int) -> int:
         """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now."""
-        ids = [r.request_id for r in decoders]
         free = self.bm.num_free_blocks
 
         def fits(num_steps: int) -> bool:

@@ -1,14 +1,33 @@
 """The fast path's policy side: which run of steps is certain to come next, and taking it at once.
 
-Mixed into `BasePolicy`; it reads the policy's queues, options and block manager.
+Mixed into `BasePolicy`; it reads the policy's queues, options and block manager. The batch is
+read through C-level passes (`map` over attribute getters) and handed to the block manager as
+an id array, so a stretch costs a handful of passes over the batch whatever its length.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter, sub
 from typing import Any
 
 from policies.stretch import Stretch
 from simcore.request import Request
+
+_id = attrgetter("request_id")
+_processed = attrgetter("num_processed")
+_outputs = attrgetter("num_outputs")
+_prompt_len = attrgetter("prompt_len")
+_target = attrgetter("_num_target")
+_last_token = attrgetter("last_token_s")
+
+
+def request_ids(requests: list[Request]) -> list[int]:
+    return list(map(_id, requests))
+
+
+def steps_to_first_finish(requests: list[Request]) -> int:
+    """Steps (one output each) until the first of `requests` has all its outputs."""
+    return min(map(sub, map(_target, requests), map(_outputs, requests)))
 
 
 class StretchMixin:
@@ -33,18 +52,28 @@ class StretchMixin:
         # The newest request is the one most likely still prefilling: look there first.
         if not running or self.swapped or running[-1].is_prefilling:
             return None
-        if not self._decodes_all_fit(len(running)) or not self._all_decoding(running):
+        if not self._decodes_all_fit(len(running)):
             return None
         if self.waiting and self._may_admit_during_stretch():
             return None
-        num_steps = min(r.num_target_outputs - r.num_outputs for r in running)
-        num_steps = self.bm.max_decode_steps([r.request_id for r in running], num_steps)
-        return Stretch(num_steps, list(running), sum(r.num_processed for r in running))
+        if not self._all_decoding(running):
+            return None
+        ids = request_ids(running)
+        num_steps = self.bm.max_decode_steps(ids, steps_to_first_finish(running))
+        return Stretch(num_steps, list(running), ids, sum(map(_processed, running)))
 
     def _all_decoding(self, requests: list[Request]) -> bool:
-        if self._preempted_at and self._preempted_at.keys() & {r.request_id for r in requests}:
+        """Whether each request has its prompt done and exactly its newest output to process."""
+        if not requests:
+            return True
+        if self._preempted_at and not self._preempted_at.keys().isdisjoint(map(_id, requests)):
             return False
-        return all(r.num_outputs and r.num_processed == r.prompt_len + r.num_outputs - 1 for r in requests)
+        if min(map(_outputs, requests)) == 0:
+            return False
+        # A running request always has at least one position pending (checked by `check`), so
+        # all have exactly one when the pending positions add up to one each.
+        pending = sum(map(_prompt_len, requests)) + sum(map(_outputs, requests)) - sum(map(_processed, requests))
+        return pending == len(requests)
 
     def _decodes_all_fit(self, num_decodes: int) -> bool:
         """Whether one step's budget always schedules every running decode."""
@@ -75,7 +104,7 @@ class StretchMixin:
 
     def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
         """Blocks in use beyond today's after each of the stretch's first `num_steps` steps."""
-        added = self.bm.blocks_used_after_decode_steps([r.request_id for r in stretch.decoders], num_steps)
+        added = self.bm.blocks_used_after_decode_steps(stretch.decode_ids, num_steps)
         if stretch.prefill is not None:
             rid = stretch.prefill.request_id
             added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * stretch.chunk) for j, a in enumerate(added)]
@@ -85,28 +114,26 @@ class StretchMixin:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
         num_steps = len(step_ends)
         running = stretch.decoders
-        self.bm.append_decode_steps([r.request_id for r in running], num_steps)
+        self.bm.append_decode_steps(stretch.decode_ids, num_steps)
         delivery = self.options.delivery_s
-        times = [end + delivery for end in step_ends] if delivery else list(step_ends)
-        caching = self.bm.enable_prefix_caching
-        done: list[Request] = []
+        times = [end + delivery for end in step_ends] if delivery else step_ends
         first, last = times[0], times[-1]
-        itl = self.itl
-        first_gaps = []
+        if running:
+            itl = self.itl
+            itl.add_gaps([first - t for t in map(_last_token, running)])
+            for j in range(1, num_steps):
+                itl.add(times[j] - times[j - 1], len(running))
+        caching = self.bm.enable_prefix_caching
         for request in running:
             before = request.num_processed
             request.num_processed = before + num_steps
             request.num_outputs += num_steps
-            first_gaps.append(first - request.last_token_s)
             request.last_token_s = last
             if caching:
                 self._register_full_blocks(request, before)
-            if request.num_outputs >= request.num_target_outputs:
-                done.append(request)
-        if first_gaps:
-            itl.add_gaps(first_gaps)
-            for j in range(1, num_steps):
-                itl.add(times[j] - times[j - 1], len(running))
+        done = []
+        if running and steps_to_first_finish(running) <= 0:
+            done = [r for r in running if r.num_outputs >= r._num_target]
         self.num_resident_tokens += num_steps * len(running)
         if stretch.prefill is not None:
             processed = num_steps * stretch.chunk
@@ -116,5 +143,5 @@ class StretchMixin:
         self.num_steps += num_steps
         self._after_decode_steps()
         for request in done:
-            self._finish(request, times[-1])
+            self._finish(request, last)
         return done

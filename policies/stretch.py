@@ -19,6 +19,7 @@ from simcore.request import Request
 class Stretch:
     num_steps: int  # most steps certain to keep this shape (the engine may take fewer)
     decoders: list[Request]
+    decode_ids: list[int]  # their request ids, for the block manager's bulk calls
     decode_context: int  # their total context before the first step
     prefill: Request | None = None
     chunk: int = 0  # positions of `prefill` processed each step

@@ -10,7 +10,7 @@ to `BlockManager` (tested); the runner picks it automatically.
 from __future__ import annotations
 
 from simcore.block_manager import PrefixHit
-from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, first_new_block_step, max_steps_within
+from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, max_steps_within
 
 
 class BlockCounter(BlockArithmetic):
@@ -76,8 +76,8 @@ class BlockCounter(BlockArithmetic):
         return blocks_added_by_step(self._first_new_block_steps(request_ids), self.block_size, num_steps)
 
     def _first_new_block_steps(self, request_ids: list[int]) -> list[int]:
-        bs = self.block_size
-        return [first_new_block_step(self.num_table_blocks[rid] * bs, self.num_positions[rid]) for rid in request_ids]
+        bs, tables, positions = self.block_size, self.num_table_blocks, self.num_positions
+        return [tables[rid] * bs - positions[rid] + 1 for rid in request_ids]  # first_new_block_step
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
         bs = self.block_size

@@ -14,6 +14,8 @@ def first_new_block_step(capacity: int, stored: int) -> int:
 
 def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) -> int:
     """Most steps (<= limit) whose new blocks, for requests first needing one at `firsts`, fit in `free`."""
+    if len(firsts) * (limit // block_size + 1) <= free:
+        return limit  # even if every request took its most blocks (the usual case: plenty free)
     firsts = [f for f in firsts if f <= limit]
     if not firsts:
         return limit

@@ -8,6 +8,7 @@ one (gap, count) pair stands for the whole batch. Percentiles are those of the e
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 
 import numpy as np
 
@@ -27,10 +28,7 @@ class ItlLog:
         if len(gaps) == 1:
             self.add(gaps[0])
             return
-        counts: dict[float, int] = {}
-        for gap in gaps:
-            counts[gap] = counts.get(gap, 0) + 1
-        for gap, count in counts.items():
+        for gap, count in Counter(gaps).items():  # first seen first, as stepping adds them
             self.add(gap, count)
 
     @property
