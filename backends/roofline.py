@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +121,15 @@ class RooflineCostModel:
         if not plan.seqs:
             return transfer
         num_tokens = sum_context = attn_work = num_selecting = 0
-        for seq in plan.seqs:
+        seqs = plan.seqs
+        group = plan.decodes
+        if group is not None:
+            # Decodes: q = 1 each, so sum q (2c + q) = 2 sum c + n; each selects.
+            num_tokens = num_selecting = len(group)
+            sum_context = group.sum_context
+            attn_work = 2 * group.sum_context + len(group)
+            seqs = seqs.others
+        for seq in seqs:
             q, c = seq.num_new_tokens, seq.context_len
             num_tokens += q
             sum_context += c
@@ -153,6 +161,22 @@ class RooflineCostModel:
         to step_time on plans of that shape without transfers: the fast path's pricing."""
         times = self._compute_time(num_tokens, num_seqs, num_selecting, attn_work, kv_positions, np.maximum)
         return np.asarray(times, dtype=np.float64)
+
+    def iter_step_times(self, num_tokens: int, num_seqs: int, num_selecting: int, attn_work: int, attn_step: int,
+                        kv_positions: int, kv_step: int) -> Iterator[float]:
+        """Times of successive steps whose attention work and KV positions grow by fixed steps,
+        bit-equal to step_time: the fast path's pricing, one step at a time so that a run cut
+        short by an arrival prices only the steps it takes."""
+        dense, _, comm, overhead = self._parts(num_tokens, num_seqs, num_selecting, attn_work, kv_positions, max)
+        per_work = self._attn_flops_per_work
+        per_position = self._kv_bytes_per_pos
+        compute_rate, mem_rate = self._compute_rate, self._mem_rate
+        while True:
+            # The same operations, in the same order, as _parts and _compute_time.
+            attention = max(attn_work * per_work / compute_rate, kv_positions * per_position / mem_rate)
+            yield dense + attention + comm + overhead
+            attn_work += attn_step
+            kv_positions += kv_step
 
     def transfer_time(self, plan: StepPlan) -> float:
         """Swap-in plus swap-out: per direction one latency and blocks x block bytes / link rate."""

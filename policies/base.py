@@ -14,13 +14,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 from policies.budget import StepBudget
-from policies.fast_path import StretchMixin, request_ids
+from policies.fast_path import (
+    StretchMixin,
+    last_token_of,
+    num_processed_of,
+    prompt_len_of,
+    request_ids,
+    steps_to_first_finish,
+)
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
 from policies.prefix_reuse import PrefixReuseMixin
 from simcore.block_manager import BlockManager
 from simcore.itl import ItlLog
-from simcore.plan import ScheduledSeq, StepPlan
+from simcore.plan import DecodeGroup, ScheduledSeq, StepPlan, StepSeqs
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
 
@@ -66,6 +73,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self.hasher = hasher
         self.host = host
         self.emit_block_tables = emit_block_tables
+        # Plan a step's decodes as one DecodeGroup (set by the engine's fast path).
+        self.group_decodes = False
         self.block_bytes = block_bytes
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -107,13 +116,13 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self._now = now
         self._plan = _PlanBuilder()
         self._fill(now)
-        while not self._plan.seqs and not self._plan.swap_out and self._plan.preempted:
+        while not self._plan.num_seqs and not self._plan.swap_out and self._plan.preempted:
             # Preempting freed blocks but nothing ran: plan again with the room now available.
             preempted = self._plan.preempted
             self._plan = _PlanBuilder()
             self._plan.preempted.extend(preempted)
             self._fill(now)
-            if self._plan.preempted == preempted and not self._plan.seqs:
+            if self._plan.preempted == preempted and not self._plan.num_seqs:
                 break
         return self._end_plan()
 
@@ -125,7 +134,11 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         """Advance every scheduled request by its processed tokens; select outputs; retire."""
         done: list[Request] = []
         gaps: list[float] = []
-        for seq in plan.seqs:
+        seqs = plan.seqs
+        if plan.decodes is not None:
+            self._complete_decodes(plan.decodes, now, gaps, done)
+            seqs = seqs.others
+        for seq in seqs:
             request = self.by_id[seq.request_id]
             before = request.num_processed
             request.num_processed = before + seq.num_new_tokens
@@ -151,6 +164,26 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         for request in done:
             self._finish(request, now + self.options.delivery_s)
         return done
+
+    def _complete_decodes(self, group: DecodeGroup, now: float, gaps: list[float], done: list[Request]) -> None:
+        """`complete` for a decode group: the same updates, read and written in tight passes."""
+        requests = list(map(self.by_id.__getitem__, group.request_ids))
+        delivered = now + self.options.delivery_s
+        gaps.extend([delivered - t for t in map(last_token_of, requests)])
+        caching = self.bm.enable_prefix_caching
+        preempted = self._preempted_at
+        for request in requests:
+            before = request.num_processed
+            request.num_processed = before + 1
+            request.num_outputs += 1
+            request.last_token_s = delivered
+            if caching:
+                self._register_full_blocks(request, before)
+            if preempted and request.request_id in preempted:
+                self._note_resumed(request, now)
+        self.num_resident_tokens += len(requests)
+        if steps_to_first_finish(requests) <= 0:
+            done.extend(r for r in requests if r.num_outputs >= r.num_target_outputs)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
@@ -190,12 +223,13 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         builder = self._plan
         self._plan = None
         # A step with no sequence still happens if it moves blocks (a swap-out that made room).
-        if builder is None or not (builder.seqs or builder.swap_out or builder.swap_in):
+        if builder is None or not (builder.num_seqs or builder.swap_out or builder.swap_in):
             return None
         self.num_steps += 1
+        seqs = tuple(builder.seqs)
         return StepPlan(
             step_id=self.num_steps - 1,
-            seqs=tuple(builder.seqs),
+            seqs=StepSeqs(builder.decodes, seqs) if builder.decodes is not None else seqs,
             blocks_to_copy=tuple(builder.copies),
             blocks_to_swap_out=tuple(builder.swap_out),
             blocks_to_swap_in=tuple(builder.swap_in),
@@ -246,15 +280,15 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         builder = self._plan
         assert builder is not None
         ids = request_ids(decoders)
-        if decoders and len(decoders) <= budget.num_tokens and self.bm.max_decode_steps(ids, 1) == 1:
-            self.bm.append_decode_steps(ids, 1)
-            tables = self.emit_block_tables
-            for request in decoders:
-                builder.seqs.append(ScheduledSeq(
-                    request.request_id, 1, request.num_processed, True, request.prompt_len,
-                    self.bm.table(request.request_id) if tables else (), request.prompt_token_ids,
-                    request.segments,
-                ))
+        firsts = self.bm.first_new_block_steps(ids)
+        if decoders and len(decoders) <= budget.num_tokens and self.bm.max_decode_steps(ids, 1, firsts) == 1:
+            self.bm.append_decode_steps(ids, 1, firsts)
+            if self.group_decodes and not self.emit_block_tables and not builder.num_seqs \
+                    and self._all_decoding(decoders):
+                contexts = tuple(map(num_processed_of, decoders))
+                builder.decodes = DecodeGroup(tuple(ids), contexts, tuple(map(prompt_len_of, decoders)), sum(contexts))
+            else:
+                self._add_decode_seqs(decoders)
             builder.scheduled.update(ids)
             budget.num_tokens -= len(decoders)
             budget.num_seqs -= len(decoders)
@@ -263,6 +297,17 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             if request in self.running and not budget.is_spent:
                 if self._schedule_running(request, 1):
                     budget.take(1)
+
+    def _add_decode_seqs(self, decoders: list[Request]) -> None:
+        builder = self._plan
+        assert builder is not None
+        tables = self.emit_block_tables
+        for request in decoders:
+            builder.seqs.append(ScheduledSeq(
+                request.request_id, 1, request.num_processed, True, request.prompt_len,
+                self.bm.table(request.request_id) if tables else (), request.prompt_token_ids,
+                request.segments,
+            ))
 
     def _pick_victim(self, exclude: set[int]) -> Request | None:
         for candidate in reversed(self.running):
@@ -462,6 +507,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
 class _PlanBuilder:
     def __init__(self) -> None:
         self.seqs: list[ScheduledSeq] = []
+        # Decodes kept as columns, ahead of `seqs` in batch order (fast path only).
+        self.decodes: DecodeGroup | None = None
         self.copies: list[tuple[int, int]] = []
         self.swap_out: list[tuple[int, int]] = []
         self.swap_in: list[tuple[int, int]] = []
@@ -469,3 +516,7 @@ class _PlanBuilder:
         self.scheduled: set[int] = set()
         # Host blocks read by this plan's swap-ins: not to be overwritten by its swap-outs.
         self.pinned_host: set[int] = set()
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seqs) + (len(self.decodes) if self.decodes is not None else 0)

@@ -12,7 +12,7 @@ from typing import Literal
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import request_ids, steps_to_first_finish
+from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
 from policies.stretch import Stretch
 from simcore.request import Request
 
@@ -43,7 +43,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         has_decodes = any(not r.is_prefilling for r in self.running)
         if not (self._last_was_prefill and has_decodes):
             self._run_prefill_chunks(budget, now)
-            if self._plan.seqs:  # type: ignore[union-attr]
+            if self._plan.num_seqs:  # type: ignore[union-attr]
                 # Only a chunk that made decodes wait earns them the next step.
                 self._last_was_prefill = has_decodes
                 return
@@ -56,10 +56,10 @@ class ChunkedPrefillPolicy(BasePolicy):
         self._schedule_decodes([r for r in self.running if not r.is_prefilling], budget)
 
     def _run_prefill_chunks(self, budget: StepBudget, now: float) -> None:
-        for request in list(self.running):
+        for request in [r for r in self.running if r.is_prefilling]:
             if budget.is_spent:
                 return
-            if request in self.running and request.is_prefilling and not self._is_scheduled(request):
+            if request in self.running and not self._is_scheduled(request):
                 chunk = min(request.num_pending, self.chunk_size, budget.num_tokens)
                 if self._schedule_running(request, chunk):
                     budget.take(chunk)
@@ -97,21 +97,22 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None  # budget left beside the chunk: a waiting request could be admitted
         pending = prefill.num_tokens - prefill.num_processed
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
-        if decoders:
-            num_steps = min(num_steps, steps_to_first_finish(decoders))
+        to_finish = steps_to_first_finish(decoders) if decoders else num_steps + 1
+        num_steps = min(num_steps, to_finish)
         ids = request_ids(decoders)
-        num_steps = self._steps_with_blocks(ids, prefill, chunk, num_steps)
+        firsts = self.bm.first_new_block_steps(ids)
+        num_steps = self._steps_with_blocks(ids, firsts, prefill, chunk, num_steps)
         if num_steps < 1:
             return None
-        return Stretch(num_steps, decoders, ids, sum(r.num_processed for r in decoders),
+        return Stretch(num_steps, decoders, ids, firsts, sum(map(num_processed_of, decoders)), to_finish,
                        prefill, chunk, prefill.num_processed)
 
-    def _steps_with_blocks(self, ids: list[int], prefill: Request, chunk: int, limit: int) -> int:
+    def _steps_with_blocks(self, ids: list[int], firsts: list[int], prefill: Request, chunk: int, limit: int) -> int:
         """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now."""
         free = self.bm.num_free_blocks
 
         def fits(num_steps: int) -> bool:
-            decode_blocks = self.bm.blocks_used_after_decode_steps(ids, num_steps)[-1] if ids else 0
+            decode_blocks = self.bm.blocks_used_after_decode_steps(ids, num_steps, firsts)[-1] if ids else 0
             return decode_blocks + self.bm.num_new_blocks_needed(prefill.request_id, num_steps * chunk) <= free
 
         if limit < 1 or fits(limit):

@@ -32,7 +32,7 @@ class ContinuousPolicy(BasePolicy):
         budget = StepBudget(self.options.max_num_batched_tokens, self.options.max_num_seqs)
         if not self.mixed and not self.swapped:
             self._admit_whole_prompts(budget, now)
-            if self._plan.seqs:  # type: ignore[union-attr]
+            if self._plan.num_seqs:  # type: ignore[union-attr]
                 return
         # Whole prompts are prefilled on admission, so every running request is decoding.
         self._schedule_decodes(list(self.running), budget)
@@ -47,7 +47,7 @@ class ContinuousPolicy(BasePolicy):
         while self.waiting and not admission.is_spent:
             request = self.waiting[0]
             max_chunk = request.num_tokens
-            if not self._plan.seqs and request.num_tokens > admission.num_tokens:  # type: ignore[union-attr]
+            if not self._plan.num_seqs and request.num_tokens > admission.num_tokens:  # type: ignore[union-attr]
                 # A recompute of prompt + outputs may exceed the budget; it then runs alone.
                 admission.num_tokens = request.num_tokens
             taken = self._try_admit(request, admission, max_chunk, now, whole=True)

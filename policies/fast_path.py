@@ -13,21 +13,21 @@ from typing import Any
 from policies.stretch import Stretch
 from simcore.request import Request
 
-_id = attrgetter("request_id")
-_processed = attrgetter("num_processed")
-_outputs = attrgetter("num_outputs")
-_prompt_len = attrgetter("prompt_len")
-_target = attrgetter("_num_target")
-_last_token = attrgetter("last_token_s")
+request_id_of = attrgetter("request_id")
+num_processed_of = attrgetter("num_processed")
+num_outputs_of = attrgetter("num_outputs")
+prompt_len_of = attrgetter("prompt_len")
+num_target_of = attrgetter("_num_target")
+last_token_of = attrgetter("last_token_s")
 
 
 def request_ids(requests: list[Request]) -> list[int]:
-    return list(map(_id, requests))
+    return list(map(request_id_of, requests))
 
 
 def steps_to_first_finish(requests: list[Request]) -> int:
     """Steps (one output each) until the first of `requests` has all its outputs."""
-    return min(map(sub, map(_target, requests), map(_outputs, requests)))
+    return min(map(sub, map(num_target_of, requests), map(num_outputs_of, requests)))
 
 
 class StretchMixin:
@@ -59,20 +59,22 @@ class StretchMixin:
         if not self._all_decoding(running):
             return None
         ids = request_ids(running)
-        num_steps = self.bm.max_decode_steps(ids, steps_to_first_finish(running))
-        return Stretch(num_steps, list(running), ids, sum(map(_processed, running)))
+        firsts = self.bm.first_new_block_steps(ids)
+        to_finish = steps_to_first_finish(running)
+        num_steps = self.bm.max_decode_steps(ids, to_finish, firsts)
+        return Stretch(num_steps, list(running), ids, firsts, sum(map(num_processed_of, running)), to_finish)
 
     def _all_decoding(self, requests: list[Request]) -> bool:
         """Whether each request has its prompt done and exactly its newest output to process."""
         if not requests:
             return True
-        if self._preempted_at and not self._preempted_at.keys().isdisjoint(map(_id, requests)):
+        if self._preempted_at and not self._preempted_at.keys().isdisjoint(map(request_id_of, requests)):
             return False
-        if min(map(_outputs, requests)) == 0:
+        if min(map(num_outputs_of, requests)) == 0:
             return False
         # A running request always has at least one position pending (checked by `check`), so
         # all have exactly one when the pending positions add up to one each.
-        pending = sum(map(_prompt_len, requests)) + sum(map(_outputs, requests)) - sum(map(_processed, requests))
+        pending = sum(map(prompt_len_of, requests)) + sum(map(num_outputs_of, requests)) - sum(map(num_processed_of, requests))
         return pending == len(requests)
 
     def _decodes_all_fit(self, num_decodes: int) -> bool:
@@ -104,7 +106,7 @@ class StretchMixin:
 
     def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
         """Blocks in use beyond today's after each of the stretch's first `num_steps` steps."""
-        added = self.bm.blocks_used_after_decode_steps(stretch.decode_ids, num_steps)
+        added = self.bm.blocks_used_after_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
         if stretch.prefill is not None:
             rid = stretch.prefill.request_id
             added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * stretch.chunk) for j, a in enumerate(added)]
@@ -114,25 +116,27 @@ class StretchMixin:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
         num_steps = len(step_ends)
         running = stretch.decoders
-        self.bm.append_decode_steps(stretch.decode_ids, num_steps)
+        self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else step_ends
         first, last = times[0], times[-1]
         if running:
-            itl = self.itl
-            itl.add_gaps([first - t for t in map(_last_token, running)])
-            for j in range(1, num_steps):
-                itl.add(times[j] - times[j - 1], len(running))
-        caching = self.bm.enable_prefix_caching
-        for request in running:
-            before = request.num_processed
-            request.num_processed = before + num_steps
-            request.num_outputs += num_steps
-            request.last_token_s = last
-            if caching:
+            self.itl.add_gaps([first - t for t in map(last_token_of, running)])
+            self.itl.add_run(list(map(sub, times[1:], times[:-1])), len(running))
+        if self.bm.enable_prefix_caching:
+            for request in running:
+                before = request.num_processed
+                request.num_processed = before + num_steps
+                request.num_outputs += num_steps
+                request.last_token_s = last
                 self._register_full_blocks(request, before)
+        else:
+            for request in running:
+                request.num_processed += num_steps
+                request.num_outputs += num_steps
+                request.last_token_s = last
         done = []
-        if running and steps_to_first_finish(running) <= 0:
+        if running and num_steps >= stretch.steps_to_finish:
             done = [r for r in running if r.num_outputs >= r._num_target]
         self.num_resident_tokens += num_steps * len(running)
         if stretch.prefill is not None:

@@ -12,6 +12,8 @@ from policies.host_prefix import HostPrefixCache
 from simcore.block_manager import PrefixHit
 from simcore.request import Request
 
+NO_HIT = PrefixHit((), ())
+
 
 class PrefixReuseMixin:
     # Provided by BasePolicy.
@@ -27,7 +29,7 @@ class PrefixReuseMixin:
 
     def _lookup_prefix(self, request: Request) -> PrefixHit:
         if not self.bm.enable_prefix_caching or self.hasher is None or not self.hasher.has_content(request):
-            return PrefixHit((), ())
+            return NO_HIT
         hashes, contents = self._prefix_chain(request)
         # Never count the last known token as a hit: its logits must be computed.
         max_blocks = (request.num_tokens - 1) // self.bm.block_size

@@ -15,12 +15,14 @@ import numpy as np
 from simcore.request import Request
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stretch:
     num_steps: int  # most steps certain to keep this shape (the engine may take fewer)
     decoders: list[Request]
     decode_ids: list[int]  # their request ids, for the block manager's bulk calls
+    decode_firsts: list[int]  # the block manager's first_new_block_steps for them
     decode_context: int  # their total context before the first step
+    steps_to_finish: int  # steps until the first decoder has all its outputs
     prefill: Request | None = None
     chunk: int = 0  # positions of `prefill` processed each step
     prefill_context: int = 0
@@ -41,3 +43,11 @@ class Stretch:
         attn_work = 2 * decode_context + n + q * (2 * prefill_context + q)
         kv_positions = decode_context + prefill_context + num_tokens
         return num_tokens, self.num_seqs, n, attn_work, kv_positions
+
+    def step_terms(self) -> tuple[int, int, int, int, int, int, int]:
+        """The same shapes as arithmetic progressions over the steps: (tokens, sequences,
+        selecting, first attention work, its step, first KV positions, their step)."""
+        n, q = len(self.decoders), self.chunk
+        attn_work = 2 * self.decode_context + n + q * (2 * self.prefill_context + q)
+        kv_positions = self.decode_context + self.prefill_context + n + q
+        return n + q, self.num_seqs, n, attn_work, 2 * n + 2 * q * q, kv_positions, n + q

@@ -9,6 +9,9 @@ to `BlockManager` (tested); the runner picks it automatically.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import add, mul, sub
+
 from simcore.block_manager import PrefixHit
 from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, max_steps_within
 
@@ -69,30 +72,35 @@ class BlockCounter(BlockArithmetic):
     def table(self, request_id: int) -> tuple[int, ...]:
         raise RuntimeError("BlockCounter keeps no block ids; use BlockManager where tables are read")
 
-    def max_decode_steps(self, request_ids: list[int], limit: int) -> int:
-        return max_steps_within(self._first_new_block_steps(request_ids), self.block_size, self._free, limit)
+    def max_decode_steps(self, request_ids: list[int], limit: int, firsts: list[int] | None = None) -> int:
+        if firsts is None:
+            firsts = self.first_new_block_steps(request_ids)
+        return max_steps_within(firsts, self.block_size, self._free, limit)
 
-    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int) -> list[int]:
-        return blocks_added_by_step(self._first_new_block_steps(request_ids), self.block_size, num_steps)
+    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int,
+                                       firsts: list[int] | None = None) -> list[int]:
+        if firsts is None:
+            firsts = self.first_new_block_steps(request_ids)
+        return blocks_added_by_step(firsts, self.block_size, num_steps)
 
-    def _first_new_block_steps(self, request_ids: list[int]) -> list[int]:
-        bs, tables, positions = self.block_size, self.num_table_blocks, self.num_positions
-        return [tables[rid] * bs - positions[rid] + 1 for rid in request_ids]  # first_new_block_step
+    def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
+        """For each request, the decode step (1-based) that first needs a new block."""
+        capacity = map(mul, map(self.num_table_blocks.__getitem__, request_ids), repeat(self.block_size))
+        return [slots + 1 for slots in map(sub, capacity, map(self.num_positions.__getitem__, request_ids))]
 
-    def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
+    def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None) -> None:
+        if firsts is None:
+            firsts = self.first_new_block_steps(request_ids)
         bs = self.block_size
-        tables, positions = self.num_table_blocks, self.num_positions
-        taken = 0
-        for rid in request_ids:
-            after = positions[rid] + num_steps
-            positions[rid] = after
-            need = -(-after // bs) - tables[rid]
-            if need > 0:
-                tables[rid] += need
-                taken += need
+        needs = [(rid, (num_steps - first) // bs + 1) for rid, first in zip(request_ids, firsts) if first <= num_steps]
+        taken = sum(need for _, need in needs)
         if taken > self._free:
             raise MemoryError(f"decode steps need {taken} blocks, {self._free} free")
         self._free -= taken
+        tables, positions = self.num_table_blocks, self.num_positions
+        for rid, need in needs:
+            tables[rid] += need
+        positions.update(zip(request_ids, map(add, map(positions.__getitem__, request_ids), repeat(num_steps))))
 
     def check(self) -> None:
         held = sum(self.num_table_blocks.values())

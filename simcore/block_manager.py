@@ -190,25 +190,32 @@ class BlockManager(BlockArithmetic):
         self.num_positions[request_id] = after
         return copies
 
-    def max_decode_steps(self, request_ids: list[int], limit: int) -> int:
+    def max_decode_steps(self, request_ids: list[int], limit: int, firsts: list[int] | None = None) -> int:
         """Most steps (<= limit) in which every request appends one position without running
-        out of blocks or hitting a copy-on-write."""
+        out of blocks or hitting a copy-on-write. `firsts`: first_new_block_steps(request_ids),
+        when the caller has them."""
         if any(self._needs_copy_on_write(rid) for rid in request_ids):
             return 0
+        if firsts is None:
+            firsts = self.first_new_block_steps(request_ids)
         # With a spill hook, reusing a cached block must be planned (its copy-out), so a
         # stretch may only use truly free blocks.
         free = len(self.free_blocks) if self.on_evict is not None else self.num_free_blocks
-        return max_steps_within(self._first_new_block_steps(request_ids), self.block_size, free, limit)
+        return max_steps_within(firsts, self.block_size, free, limit)
 
-    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int) -> list[int]:
+    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int,
+                                       firsts: list[int] | None = None) -> list[int]:
         """Extra blocks in use after each of the next `num_steps` decode steps (for step records)."""
-        return blocks_added_by_step(self._first_new_block_steps(request_ids), self.block_size, num_steps)
+        if firsts is None:
+            firsts = self.first_new_block_steps(request_ids)
+        return blocks_added_by_step(firsts, self.block_size, num_steps)
 
-    def _first_new_block_steps(self, request_ids: list[int]) -> list[int]:
+    def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
+        """For each request, the decode step (1-based) that first needs a new block."""
         bs = self.block_size
         return [first_new_block_step(len(self.block_tables[rid]) * bs, self.num_positions[rid]) for rid in request_ids]
 
-    def append_decode_steps(self, request_ids: list[int], num_steps: int) -> None:
+    def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None) -> None:
         """Append one position per request per step for `num_steps` steps (no copy-on-write).
 
         New blocks are taken in the order stepping one by one would take them: step by step,
@@ -216,7 +223,9 @@ class BlockManager(BlockArithmetic):
         """
         bs = self.block_size
         events: list[tuple[int, int]] = []
-        for index, step in enumerate(self._first_new_block_steps(request_ids)):
+        if firsts is None:
+            firsts = self.first_new_block_steps(request_ids)
+        for index, step in enumerate(firsts):
             while step <= num_steps:
                 events.append((step, index))
                 step += bs

@@ -1,19 +1,20 @@
 """The event loop: the only module that imports SimPy.
 
-Two processes share one SimPy environment: arrivals hand requests to the policy at their
-arrival times, and the step loop asks the policy for a plan, advances the clock by the cost
-model's price for it, and lets the policy complete it. When nothing can run, the step loop
-sleeps until the next arrival.
+One SimPy process runs the engine: before each step it hands the policy every request that has
+arrived, asks it for a plan, advances the clock by the cost model's price for it, and lets the
+policy complete it. When nothing can run, it sleeps until the next arrival.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import gc
 import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice, repeat
+from operator import sub
 from pathlib import Path
 
 import numpy as np
@@ -75,59 +76,65 @@ def simulate(
     With `on_finished`, finished requests are handed over in batches and not kept, so a long
     run holds only the requests in flight (the result's `finished` then lists none). With
     `steps_spill`, step records go to that Parquet file as the run goes.
+
+    Requests that arrive while a step runs join the policy's queues when it ends: a step that
+    starts at or after a request's arrival time sees it, one that started before does not.
     """
     limits = limits or RunLimits()
     env = simpy.Environment()
     log = StepLog(steps_spill)
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-    known = {r.request_id for r in ordered}
     # Follow-up turns wait for their parent to finish; the rest arrive at fixed times.
     children: dict[int, list[Request]] = {}
-    for request in ordered:
-        if request.parent_id is not None and request.parent_id in known:
-            children.setdefault(request.parent_id, []).append(request)
-    timed = [r for r in ordered if r.parent_id is None or r.parent_id not in known]
+    timed = ordered
+    if any(r.parent_id is not None for r in ordered):
+        known = {r.request_id for r in ordered}
+        for request in ordered:
+            if request.parent_id is not None and request.parent_id in known:
+                children.setdefault(request.parent_id, []).append(request)
+        timed = [r for r in ordered if r.parent_id is None or r.parent_id not in known]
     wall_start = time.perf_counter()
-    arrived: set[int] = set()
-    state = {"arrivals_done": not timed, "pending": sum(len(c) for c in children.values()),
-             "wake": env.event(), "end": "done", "events": 0, "next_timed": 0}
-    follow_up_times: list[float] = []  # arrival times of released follow-up turns (a heap)
+    # Released follow-up turns, (arrival time, request id, request), a heap.
+    follow_ups: list[tuple[float, int, Request]] = []
+    state = {"end": "done", "events": 0, "next_timed": 0}
     bulk = getattr(cost_model, "aggregate_step_times", None) if limits.fast_forward else None
     if on_step is not None:
         bulk = None  # a per-step callback wants every step
+    priced_one_by_one = getattr(cost_model, "iter_step_times", None) if bulk is not None else None
     horizon = limits.max_sim_time_s if limits.max_sim_time_s is not None else math.inf
+    num_timed = len(timed)
+    if hasattr(policy, "group_decodes"):
+        policy.group_decodes = limits.fast_forward
 
-    def arrive(template: Request) -> None:
-        request = dataclasses.replace(template)
-        arrived.add(request.request_id)
-        policy.add(request, env.now)
-        state["events"] += 1
-        if request.status is Status.REJECTED:
-            release_children(request)
-        if not state["wake"].triggered:
-            state["wake"].succeed()
+    def next_arrival() -> float:
+        index = state["next_timed"]
+        upcoming = timed[index].arrival_s if index < num_timed else math.inf
+        return min(upcoming, follow_ups[0][0]) if follow_ups else upcoming
 
-    def arrivals():  # noqa: ANN202
-        for index, request in enumerate(timed):
-            if request.arrival_s > env.now:
-                yield env.timeout(request.arrival_s - env.now)
-            state["next_timed"] = index + 1
-            arrive(request)
-        state["arrivals_done"] = True
-        if not state["wake"].triggered:
-            state["wake"].succeed()
+    def take_arrivals(now: float) -> None:
+        """Hand the policy every request that has arrived by `now`, in arrival order."""
+        while True:
+            index = state["next_timed"]
+            at = timed[index].arrival_s if index < num_timed else math.inf
+            if follow_ups and follow_ups[0][0] < at:
+                if follow_ups[0][0] > now:
+                    return
+                request = heapq.heappop(follow_ups)[2]
+            else:
+                if at > now:
+                    return
+                state["next_timed"] = index + 1
+                request = timed[index].copy()
+            policy.add(request, request.arrival_s)
+            state["events"] += 1
+            if request.status is Status.REJECTED:
+                release_children(request, request.arrival_s)
 
-    def follow_up(request: Request):  # noqa: ANN202
-        yield env.timeout(request.think_time_s)
-        state["pending"] -= 1
-        heapq.heappop(follow_up_times)
-        arrive(request)
-
-    def release_children(parent: Request) -> None:
+    def release_children(parent: Request, at: float) -> None:
         for template in children.pop(parent.request_id, ()):
-            child = dataclasses.replace(template, arrival_s=env.now + template.think_time_s)
-            heapq.heappush(follow_up_times, child.arrival_s)
-            env.process(follow_up(child))
+            child = template.copy()
+            child.arrival_s = at + template.think_time_s
+            heapq.heappush(follow_ups, (child.arrival_s, child.request_id, child))
 
     def flush(final: bool = False) -> None:
         if on_finished is not None and (final or len(policy.finished) >= FLUSH_EVERY):
@@ -135,23 +142,21 @@ def simulate(
             policy.finished.clear()
             on_finished(batch)
 
-    def next_arrival() -> float:
-        index = state["next_timed"]
-        upcoming = timed[index].arrival_s if index < len(timed) else math.inf
-        return min(upcoming, follow_up_times[0]) if follow_up_times else upcoming
-
     def stretch():  # noqa: ANN202
         """Take a run of steps of one known shape at once; returns the number taken (0 if none)."""
         plan = policy.plan_stretch()
         if plan is None or plan.num_steps < 2:
             return 0
         start = env.now
-        durations = np.broadcast_to(bulk(*plan.shapes()), (plan.num_steps,))
+        if priced_one_by_one is not None:
+            durations = priced_one_by_one(*plan.step_terms())
+        else:
+            durations = np.broadcast_to(bulk(*plan.shapes()), (plan.num_steps,)).tolist()
         # Step ends by repeated addition, exactly as the clock advances one step at a time.
         ends = []
         clock = start
         arrival = next_arrival()
-        for duration in durations.tolist():
+        for duration in islice(durations, plan.num_steps):
             if clock >= arrival:
                 break  # this step would start after an arrival: the policy must see it first
             if not 0 < duration < math.inf:
@@ -161,7 +166,8 @@ def simulate(
             if clock >= horizon:
                 break
             ends.append(clock)
-        if len(ends) < 2:
+        num_steps = len(ends)
+        if num_steps < 2:
             return 0
         num_decodes, chunk = len(plan.decoders), plan.chunk
         num_running, num_swapped = len(policy.running), len(policy.swapped)
@@ -169,35 +175,40 @@ def simulate(
         blocks_before, resident = policy.bm.num_used_blocks, policy.num_resident_tokens
         shared_before = policy.bm.num_shared_blocks
         first_step = policy.num_steps
-        added = policy.stretch_blocks_added(plan, len(ends))
+        added = policy.stretch_blocks_added(plan, num_steps - 1)
         yield from _sleep_until(env, ends[-1])
         done = policy.apply_stretch(plan, ends)
-        for request in done:
-            if children:
-                release_children(request)
+        if children:
+            for request in done:
+                release_children(request, env.now)
         flush()
         starts = [start, *ends[:-1]]
         host_used = policy.host.num_used_blocks if policy.host is not None else 0
         tokens = num_decodes + chunk
-        rows = [
-            (first_step + j, starts[j], ends[j] - starts[j], plan.num_seqs, chunk, num_decodes, num_decodes,
-             num_running, num_waiting_before, num_swapped, blocks_before + added[j], shared_before, host_used,
-             resident + tokens * (j + 1), 0, 0, 0, 0)
-            for j in range(len(ends) - 1)
-        ]
-        # The last step saw any finishes and any arrival during it.
-        rows.append((first_step + len(ends) - 1, starts[-1], ends[-1] - starts[-1], plan.num_seqs, chunk,
-                     num_decodes, num_decodes, len(policy.running), len(policy.waiting), num_swapped,
-                     policy.bm.num_used_blocks, policy.bm.num_shared_blocks, host_used, policy.num_resident_tokens,
-                     0, 0, 0, 0))
-        log.extend(rows)
+        same = num_steps - 1
+        # Every step but the last shows the state before the run; the last one saw any finishes
+        # (arrivals during it join after it, as for any step).
+        log.extend_columns((
+            range(first_step, first_step + num_steps), starts, map(sub, ends, starts),
+            repeat(plan.num_seqs, num_steps), repeat(chunk, num_steps), repeat(num_decodes, num_steps),
+            repeat(num_decodes, num_steps),
+            [*repeat(num_running, same), len(policy.running)],
+            [*repeat(num_waiting_before, same), len(policy.waiting)],
+            repeat(num_swapped, num_steps),
+            [*(blocks_before + a for a in added), policy.bm.num_used_blocks],
+            [*repeat(shared_before, same), policy.bm.num_shared_blocks],
+            repeat(host_used, num_steps),
+            [*range(resident + tokens, resident + tokens * num_steps, tokens), policy.num_resident_tokens],
+            *(repeat(0, num_steps) for _ in range(4)),
+        ))
         state["events"] += 1
         if limits.check_invariants:
             policy.check()
-        return len(ends)
+        return num_steps
 
     def steps():  # noqa: ANN202
         while True:
+            take_arrivals(env.now)
             if bulk is not None:
                 taken = yield from stretch()
                 if taken:
@@ -207,13 +218,13 @@ def simulate(
                     continue
             plan = policy.schedule(env.now)
             if plan is None:
-                if state["arrivals_done"] and not follow_up_times:
+                upcoming = next_arrival()
+                if upcoming == math.inf:
                     # Nothing will arrive: not even a follow-up turn, whose parent may never run.
-                    if policy.has_work() or state["pending"]:
+                    if policy.has_work() or children:
                         raise ServesimError(_stuck_message(policy, env.now))
                     return
-                state["wake"] = env.event()
-                yield state["wake"]
+                yield from _sleep_until(env, upcoming)
                 continue
             start = env.now
             duration = cost_model.step_time(plan)
@@ -221,9 +232,10 @@ def simulate(
                 raise ServesimError(f"cost model returned step time {duration!r} for step {plan.step_id}; "
                                     "expected a positive finite number of seconds")
             yield env.timeout(duration)
-            for request in policy.complete(plan, env.now):
-                if children:
-                    release_children(request)
+            done = policy.complete(plan, env.now)
+            if children:
+                for request in done:
+                    release_children(request, env.now)
             flush()
             state["events"] += 1
             log.append(
@@ -257,21 +269,30 @@ def simulate(
                 state["end"] = "max_wall_time"
                 return
 
-    env.process(arrivals())
     stepper = env.process(steps())
     until = stepper
     if limits.max_sim_time_s is not None:
         until = env.any_of([stepper, env.timeout(limits.max_sim_time_s)])
-    env.run(until=until)
+    # The templates live for the whole run: keep the collector from rescanning them.
+    gc.freeze()
+    try:
+        env.run(until=until)
+    finally:
+        gc.unfreeze()
     if not stepper.triggered:
         state["end"] = "max_sim_time"
     unfinished: list[Request] = []
     if state["end"] != "done":
         unfinished = policy.drain_unfinished()
-        # Requests that had not arrived yet when the horizon ended are unfinished too.
+        # Requests that had not arrived yet when the run ended are unfinished too.
+        waiting_to_arrive = {r.request_id for r in timed[state["next_timed"]:]}
+        waiting_to_arrive.update(request_id for _, request_id, _ in follow_ups)
+        waiting_to_arrive.update(r.request_id for turns in children.values() for r in turns)
         for template in ordered:
-            if template.request_id not in arrived:
-                unfinished.append(dataclasses.replace(template, status=Status.UNFINISHED))
+            if template.request_id in waiting_to_arrive:
+                late = template.copy()
+                late.status = Status.UNFINISHED
+                unfinished.append(late)
     flush(final=True)
     log.close()
     if limits.check_invariants and state["end"] == "done":

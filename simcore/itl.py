@@ -23,10 +23,15 @@ class ItlLog:
         self.values.append(gap_s)
         self.weights.append(count)
 
+    def add_run(self, gaps: list[float], count: int) -> None:
+        """Successive steps' gaps, each shared by `count` requests."""
+        self.values.extend(gaps)
+        self.weights.extend([count] * len(gaps))
+
     def add_gaps(self, gaps: list[float]) -> None:
         """One step's gaps: equal values (the common case) become one weighted entry."""
-        if len(gaps) == 1:
-            self.add(gaps[0])
+        if gaps.count(gaps[0]) == len(gaps):
+            self.add(gaps[0], len(gaps))
             return
         for gap, count in Counter(gaps).items():  # first seen first, as stepping adds them
             self.add(gap, count)

@@ -5,6 +5,7 @@ Plain frozen data, produced by a policy's `schedule()` and consumed by `complete
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -41,10 +42,62 @@ class ScheduledSeq(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class DecodeGroup:
+    """Decodes of many requests kept as columns: each processes one position on top of its
+    complete prompt and selects a token. Cheaper to build and price than one ScheduledSeq each."""
+
+    request_ids: tuple[int, ...]
+    context_lens: tuple[int, ...]
+    prompt_lens: tuple[int, ...]
+    sum_context: int
+
+    def __len__(self) -> int:
+        return len(self.request_ids)
+
+    def seqs(self) -> tuple[ScheduledSeq, ...]:
+        return tuple(ScheduledSeq(rid, 1, context, True, prompt)
+                     for rid, context, prompt in zip(self.request_ids, self.context_lens, self.prompt_lens))
+
+
+class StepSeqs(Sequence):
+    """A step's sequences when its decodes come as a `DecodeGroup` (first in batch order) and the
+    rest one by one. Reads as the full tuple of ScheduledSeq; aware readers use the columns."""
+
+    __slots__ = ("decodes", "others", "_all")
+
+    def __init__(self, decodes: DecodeGroup, others: tuple[ScheduledSeq, ...]) -> None:
+        self.decodes = decodes
+        self.others = others
+        self._all: tuple[ScheduledSeq, ...] | None = None
+
+    def _materialized(self) -> tuple[ScheduledSeq, ...]:
+        if self._all is None:
+            self._all = self.decodes.seqs() + self.others
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self.decodes) + len(self.others)
+
+    def __getitem__(self, index):  # noqa: ANN001, ANN204
+        return self._materialized()[index]
+
+    def __iter__(self) -> Iterator[ScheduledSeq]:
+        return iter(self._materialized())
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"StepSeqs({len(self.decodes)} grouped decodes, {self.others!r})"
+
+
+@dataclass(frozen=True, slots=True)
 class StepPlan:
     step_id: int
-    # Requests that run this step, in batch order.
-    seqs: tuple[ScheduledSeq, ...]
+    # Requests that run this step, in batch order: a tuple, or StepSeqs (a decode group first).
+    seqs: tuple[ScheduledSeq, ...] | StepSeqs
     # Copy-on-write block copies to perform before the step: (source block, destination block).
     blocks_to_copy: tuple[tuple[int, int], ...] = ()
     # Device -> host block moves (swap-out / offload): (device block, host block).
@@ -62,9 +115,18 @@ class StepPlan:
     num_decode_tokens: int = field(init=False, default=0)
     num_selecting: int = field(init=False, default=0)
 
+    @property
+    def decodes(self) -> DecodeGroup | None:
+        """The step's decode group, if its decodes come as columns (see StepSeqs)."""
+        return self.seqs.decodes if isinstance(self.seqs, StepSeqs) else None
+
     def __post_init__(self) -> None:
         batched = prefill = decode = selecting = 0
-        for seq in self.seqs:
+        seqs = self.seqs
+        if isinstance(seqs, StepSeqs):
+            batched = decode = selecting = len(seqs.decodes)
+            seqs = seqs.others
+        for seq in seqs:
             batched += seq.num_new_tokens
             if seq.num_new_tokens == 1 and seq.context_len >= seq.prompt_len:
                 decode += 1

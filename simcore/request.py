@@ -10,7 +10,8 @@ with prompt_len + N - 1 processed (cached) positions: the last selected token is
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 
 # One piece of prompt content: (content key, number of tokens). Equal keys mean equal tokens,
 # so prefix identity can be computed per block without materialising token ids (seed 21.4).
@@ -84,6 +85,13 @@ class Request:
         if self.output_len < 1:
             raise ValueError(f"request {self.request_id}: output_len must be >= 1, got {self.output_len}")
 
+    def copy(self) -> Request:
+        """A shallow copy (the engine's copy-on-arrival; much cheaper than dataclasses.replace)."""
+        new = object.__new__(Request)
+        for name, value in zip(_FIELDS, _field_values(self)):
+            setattr(new, name, value)
+        return new
+
     @property
     def num_target_outputs(self) -> int:
         """Outputs this request will produce: the workload's length, capped by max_tokens."""
@@ -112,3 +120,7 @@ class Request:
     def is_prefilling(self) -> bool:
         """True while the prompt (or a recompute of prompt + outputs) is not fully processed."""
         return self.num_outputs == 0 or self.prompt_len + self.num_outputs - self.num_processed > 1
+
+
+_FIELDS = tuple(f.name for f in fields(Request))
+_field_values = attrgetter(*_FIELDS)

@@ -1,4 +1,4 @@
-"""Per-step records: one tuple per step (cheap to append), kept as compact column chunks.
+"""Per-step records: one tuple per step, or columns for a run of steps; kept as column chunks.
 
 Rows are buffered and turned into numpy column chunks every CHUNK_ROWS steps, so memory per
 step is a few dozen bytes; with a spill file the chunks go to Parquet instead, so a run of
@@ -8,6 +8,7 @@ millions of steps keeps none of them in memory.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,11 @@ CHUNK_ROWS = 65536
 
 class StepLog:
     def __init__(self, spill_path: Path | None = None) -> None:
+        # Single steps arrive as row tuples; runs of steps as columns. Both wait in `columns`
+        # (rows are moved there when a run comes) until a chunk is sealed.
         self.rows: list[tuple] = []
+        self.columns: list[list] = [[] for _ in STEP_COLUMNS]
+        self.num_buffered = 0
         self.chunks: list[dict[str, np.ndarray]] = []
         self.num_rows = 0
         # Columns only some steps have (a cost model's measurements, link time): step -> value.
@@ -59,24 +64,39 @@ class StepLog:
                 self.extra_totals[key] = self.extra_totals.get(key, 0.0) + value
         self.rows.append(values)
         self.num_rows += 1
-        if len(self.rows) >= CHUNK_ROWS:
+        self.num_buffered += 1
+        if self.num_buffered >= CHUNK_ROWS:
             self._seal()
 
-    def extend(self, rows: list[tuple]) -> None:
-        self.rows.extend(rows)
-        self.num_rows += len(rows)
-        if len(self.rows) >= CHUNK_ROWS:
+    def extend_columns(self, columns: Sequence[Iterable]) -> None:
+        """A run of steps, one iterable per column of STEP_COLUMNS (all of one length)."""
+        self._rows_to_columns()
+        before = len(self.columns[0])
+        for column, values in zip(self.columns, columns):
+            column.extend(values)
+        added = len(self.columns[0]) - before
+        self.num_rows += added
+        self.num_buffered += added
+        if self.num_buffered >= CHUNK_ROWS:
             self._seal()
+
+    def _rows_to_columns(self) -> None:
+        if self.rows:
+            for column, values in zip(self.columns, zip(*self.rows)):
+                column.extend(values)
+            self.rows = []
 
     def _seal(self) -> None:
-        if not self.rows:
+        self._rows_to_columns()
+        if not self.num_buffered:
             return
-        first = self.num_rows - len(self.rows)
+        first = self.num_rows - self.num_buffered
         chunk = {
             name: np.asarray(column, dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
-            for name, column in zip(STEP_COLUMNS, zip(*self.rows))
+            for name, column in zip(STEP_COLUMNS, self.columns)
         }
-        self.rows = []
+        self.columns = [[] for _ in STEP_COLUMNS]
+        self.num_buffered = 0
         if self.spill_path is None:
             self.chunks.append(chunk)
             return

@@ -53,7 +53,7 @@ def run_both(requests, name, opts, *, cost, caching: bool, horizon=None):
                              num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96,
                              **opts)
         result = simulate(requests, policy, cost,
-                          limits=RunLimits(fast_forward=fast, max_sim_time_s=horizon))
+                          limits=RunLimits(fast_forward=fast, max_sim_time_s=horizon, check_invariants=True))
         frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
     return frames
 
@@ -149,3 +149,23 @@ def test_weighted_percentiles_equal_the_expanded_list():
         expanded = np.repeat(values, weights)
         for q in (0, 1, 50, 90, 95, 99, 100):
             assert weighted_percentile(values, weights, q) == pytest.approx(np.percentile(expanded, q), abs=1e-12)
+
+
+def test_fast_path_plans_decodes_as_groups_and_the_step_path_does_not():
+    """Single steps on the fast path carry their decodes as one DecodeGroup (columns); stepping
+    one by one keeps one ScheduledSeq per request. test_fast_path_matches_step_by_step shows the
+    two agree."""
+    seen = {True: [], False: []}
+
+    class Spy(ConstantCostModel):
+        def step_time(self, plan):  # noqa: ANN001, ANN202
+            seen[fast].append(plan.decodes is not None)
+            return super().step_time(plan)
+
+    requests = [req(i, 0.05 * i, 40, 30) for i in range(8)]
+    for fast in (False, True):
+        policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16,
+                             max_num_batched_tokens=64)
+        simulate(requests, policy, Spy(step_s=0.01, per_token_s=1e-4),
+                 limits=RunLimits(fast_forward=fast, check_invariants=True))
+    assert any(seen[True]) and not any(seen[False])

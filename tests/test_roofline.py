@@ -229,3 +229,45 @@ def test_decode_fast_path_equals_step_time_property(model_index, batch, per_seq,
 def test_decode_fast_path_rejects_nonsense():
     with pytest.raises(ValueError):
         MODELS[0].decode_step_times(0, 0, 3)
+
+
+# --- a stretch priced step by step, and plans whose decodes come as a column group ---------------
+
+@settings(max_examples=60, deadline=None)
+@given(model_index=st.integers(0, len(MODELS) - 1), num_decodes=st.integers(0, 200),
+       per_seq=st.integers(1, 50_000), chunk=st.integers(0, 600), prefill_context=st.integers(0, 30_000),
+       num_steps=st.integers(2, 30), split_seed=st.integers(0, 2**31))
+def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk, prefill_context, num_steps,
+                                        split_seed):
+    from itertools import islice
+
+    from policies.stretch import Stretch
+    from simcore.plan import DecodeGroup, StepSeqs
+
+    if num_decodes == 0 and chunk == 0:
+        chunk = 1
+    if chunk == 0:
+        prefill_context = 0  # no prompt runs beside the decodes
+    model = MODELS[model_index]
+    rng = np.random.default_rng(split_seed)
+    contexts = rng.integers(1, per_seq + 1, size=num_decodes).tolist()
+    stretch = Stretch(num_steps, [None] * num_decodes, list(range(num_decodes)), [], sum(contexts), num_steps,
+                      object() if chunk else None, chunk, prefill_context)
+    one_by_one = list(islice(model.iter_step_times(*stretch.step_terms()), num_steps))
+    in_bulk = model.aggregate_step_times(*stretch.shapes()).tolist()
+    assert one_by_one == in_bulk
+    prompt = 1
+    for k in (0, num_steps - 1):
+        decodes = [_seq(i, 1, c + k, True, prompt=prompt) for i, c in enumerate(contexts)]
+        prefill = [_seq(num_decodes, chunk, prefill_context + k * chunk, False, prompt=10**9)] if chunk else []
+        explicit = StepPlan(k, tuple(decodes + prefill))
+        assert model.step_time(explicit) == one_by_one[k]
+        if decodes:
+            group = DecodeGroup(tuple(range(num_decodes)), tuple(c + k for c in contexts), (prompt,) * num_decodes,
+                                sum(contexts) + k * num_decodes)
+            grouped = StepPlan(k, StepSeqs(group, tuple(prefill)))
+            assert model.step_time(grouped) == one_by_one[k]
+            assert tuple(grouped.seqs) == explicit.seqs and len(grouped.seqs) == len(explicit.seqs)
+            assert (grouped.num_batched_tokens, grouped.num_prefill_tokens, grouped.num_decode_tokens,
+                    grouped.num_selecting) == (explicit.num_batched_tokens, explicit.num_prefill_tokens,
+                                               explicit.num_decode_tokens, explicit.num_selecting)
