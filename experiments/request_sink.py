@@ -15,16 +15,24 @@ class RequestSink:
     def __init__(self) -> None:
         self.tables: list[pa.Table] = []
         self.num_rows = 0
+        self._frame: pd.DataFrame | None = None
 
     def add(self, requests: Sequence[Request]) -> None:
+        if self._frame is not None:
+            raise RuntimeError("rows added after the sink's frame was taken")
         if requests:
             self.tables.append(pa.Table.from_pandas(request_frame(requests), preserve_index=False))
             self.num_rows += len(requests)
 
     def frame(self) -> pd.DataFrame:
-        """Every row, in request-id order."""
-        if not self.tables:
-            return request_frame([])
-        table = pa.concat_tables(self.tables, promote_options="permissive")
-        self.tables = [table]
-        return table.sort_by("request_id").to_pandas()
+        """Every row, in request-id order (the sink is closed: no more rows)."""
+        if self._frame is None:
+            if not self.tables:
+                self._frame = request_frame([])
+            else:
+                table = pa.concat_tables(self.tables, promote_options="permissive").sort_by("request_id")
+                self.tables = []
+                # Arrow buffers are released column by column as pandas takes them over.
+                self._frame = table.to_pandas(self_destruct=True, split_blocks=True)
+                del table
+        return self._frame

@@ -46,23 +46,34 @@ class ItlLog:
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     """np.percentile(np.repeat(values, weights), q) without materialising the repeat."""
-    order = np.argsort(values, kind="stable")
-    v, w = values[order], weights[order]
-    total = int(w.sum())
-    position = q / 100.0 * (total - 1)
-    below = int(np.floor(position))
-    frac = position - below
-    ends = np.cumsum(w)  # index of the last copy of v[i] is ends[i] - 1
-    lo = v[np.searchsorted(ends, below, side="right")]
-    hi = v[np.searchsorted(ends, min(below + 1, total - 1), side="right")]
-    return float(lo + (hi - lo) * frac)
+    return _SortedWeighted(values, weights).percentile(q)
+
+
+class _SortedWeighted:
+    """Values sorted once with their cumulative weights, for any number of percentiles."""
+
+    def __init__(self, values: np.ndarray, weights: np.ndarray) -> None:
+        order = np.argsort(values, kind="stable")
+        self.values = values[order]
+        # The last copy of values[i] in the expanded list sits at index ends[i] - 1.
+        self.ends = np.cumsum(weights[order])
+        self.total = int(self.ends[-1]) if self.ends.size else 0
+
+    def percentile(self, q: float) -> float:
+        position = q / 100.0 * (self.total - 1)
+        below = int(np.floor(position))
+        frac = position - below
+        lo = self.values[np.searchsorted(self.ends, below, side="right")]
+        hi = self.values[np.searchsorted(self.ends, min(below + 1, self.total - 1), side="right")]
+        return float(lo + (hi - lo) * frac)
 
 
 def weighted_stats(values: np.ndarray, weights: np.ndarray, percentiles: tuple[int, ...]) -> dict[str, float]:
     total = weights.sum()
     mean = float((values * weights).sum() / total)
     var = float((weights * (values - mean) ** 2).sum() / total)
-    out = {"mean": mean, "median": weighted_percentile(values, weights, 50), "std": var**0.5}
+    ranked = _SortedWeighted(values, weights)
+    out = {"mean": mean, "median": ranked.percentile(50), "std": var**0.5}
     for p in percentiles:
-        out[f"p{p}"] = weighted_percentile(values, weights, p)
+        out[f"p{p}"] = ranked.percentile(p)
     return out

@@ -10,7 +10,7 @@ last finish); goodput counts requests meeting every SLO.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -74,9 +74,11 @@ def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
 def _stats(prefix: str, values_s: np.ndarray, out: dict, weights: np.ndarray | None = None) -> None:
     ms = np.asarray(values_s, dtype=float) * 1000.0
     keep = ~np.isnan(ms)
-    ms = ms[keep]
+    if not keep.all():
+        ms = ms[keep]
+        if weights is not None:
+            weights = weights[keep]
     if weights is not None:
-        weights = weights[keep]
         if ms.size:
             stats = weighted_stats(ms, weights, PERCENTILES)
             for key, value in stats.items():
@@ -115,36 +117,44 @@ def summarize_frame(
     extra: dict | None = None,
 ) -> dict:
     """`summarize` from a request table (as written to requests.parquet)."""
-    done = frame[frame["status"] == "finished"]
+    status = frame["status"].to_numpy()
+    finished = status == "finished"
+    num_done = int(finished.sum())
+
+    def done(name: str) -> np.ndarray:
+        # One column of the finished rows (not a copy of the whole table: runs can be millions long).
+        return frame[name].to_numpy()[finished]
+
     out: dict = {}
-    if len(done):
+    if num_done:
         start = float(frame["arrival_s"].min())
-        end = float(done["finish_s"].max())
+        end = float(done("finish_s").max())
         duration = end - start
     else:
         duration = 0.0
-    num_in = int(done["prompt_len"].sum())
-    num_out = int(done["num_outputs"].sum())
+    num_in = int(done("prompt_len").sum())
+    num_out = int(done("num_outputs").sum())
     out["duration"] = duration
-    out["completed"] = int(len(done))
+    out["completed"] = num_done
     out["num_requests"] = int(len(frame))
-    out["num_rejected"] = int((frame["status"] == "rejected").sum())
-    out["num_unfinished"] = int((frame["status"] == "unfinished").sum())
+    out["num_rejected"] = int((status == "rejected").sum())
+    out["num_unfinished"] = int((status == "unfinished").sum())
     out["total_input_tokens"] = num_in
     out["total_output_tokens"] = num_out
-    out["request_throughput"] = len(done) / duration if duration > 0 else None
+    out["request_throughput"] = num_done / duration if duration > 0 else None
     out["output_throughput"] = num_out / duration if duration > 0 else None
     out["total_token_throughput"] = (num_in + num_out) / duration if duration > 0 else None
-    _stats("ttft", done["ttft_s"].to_numpy(), out)
-    _stats("tpot", done["tpot_s"].to_numpy(), out)
+    _stats("ttft", done("ttft_s"), out)
+    _stats("tpot", done("tpot_s"), out)
     if itl is not None:
         values, weights = itl.arrays()
         _stats("itl", values, out, weights)
+        del values, weights
     else:
         _stats("itl", np.zeros(0), out)
-    _stats("e2el", done["e2el_s"].to_numpy(), out)
+    _stats("e2el", done("e2el_s"), out)
     for part in ("queue", "prefill", "delivery"):
-        values = done[f"{part}_s"].to_numpy(dtype=float) * 1000.0
+        values = done(f"{part}_s").astype(float) * 1000.0
         out[f"mean_{part}_ms"] = float(np.mean(values)) if values.size else None
     queried = int(frame["num_prefix_query_tokens"].sum())
     hits = int(frame["num_prefix_hit_tokens"].sum())
@@ -153,7 +163,7 @@ def summarize_frame(
     out["prefix_cache_hit_rate"] = hits / queried if queried else None
     out["num_preemptions"] = int(frame["num_preemptions"].sum())
     if slo_ms:
-        out["request_goodput"] = goodput(done, slo_ms, duration)
+        out["request_goodput"] = goodput({column: done(column) for column in SLO_COLUMNS.values()}, slo_ms, duration)
     if extra:
         out.update(extra)
     return out
@@ -162,12 +172,14 @@ def summarize_frame(
 SLO_COLUMNS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
 
 
-def goodput(done: pd.DataFrame, slo_ms: dict[str, float], duration: float) -> float | None:
-    """Requests per second that met every SLO (an undefined TPOT meets a TPOT SLO, as in vLLM)."""
+def goodput(done: Mapping[str, np.ndarray], slo_ms: dict[str, float], duration: float) -> float | None:
+    """Requests per second that met every SLO (an undefined TPOT meets a TPOT SLO, as in vLLM).
+
+    `done`: the finished requests' columns (a DataFrame or a dict of arrays)."""
     if duration <= 0:
         return None
-    ok = np.ones(len(done), dtype=bool)
+    ok = np.ones(len(done[SLO_COLUMNS["ttft"]]), dtype=bool)
     for metric, limit_ms in slo_ms.items():
-        values = done[SLO_COLUMNS[metric]].to_numpy(dtype=float) * 1000.0
+        values = np.asarray(done[SLO_COLUMNS[metric]], dtype=float) * 1000.0
         ok &= np.isnan(values) | (values <= limit_ms)
     return float(ok.sum()) / duration

@@ -35,7 +35,7 @@ STEP_COLUMNS = (
     "blocks_copied",
 )
 FLOAT_COLUMNS = {"start_s", "duration_s"}
-CHUNK_ROWS = 65536
+CHUNK_ROWS = 16384  # rows buffered as Python objects before they become numpy columns
 
 
 class StepLog:
