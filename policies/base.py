@@ -274,7 +274,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self._add_seq(request, num_new)
         return True
 
-    def _schedule_decodes(self, decoders: list[Request], budget: StepBudget) -> None:
+    def _schedule_decodes(self, decoders: list[Request], budget: StepBudget, *, all_decoding: bool = False) -> None:
         """One position for each decoding request: in bulk when every new block is at hand,
         else one by one with preemption. Both ways allocate in the same order."""
         builder = self._plan
@@ -284,7 +284,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         if decoders and len(decoders) <= budget.num_tokens and self.bm.max_decode_steps(ids, 1, firsts) == 1:
             self.bm.append_decode_steps(ids, 1, firsts)
             if self.group_decodes and not self.emit_block_tables and not builder.num_seqs \
-                    and self._all_decoding(decoders):
+                    and (all_decoding or self._all_decoding(decoders)):
                 contexts = tuple(map(num_processed_of, decoders))
                 builder.decodes = DecodeGroup(tuple(ids), contexts, tuple(map(prompt_len_of, decoders)), sum(contexts))
             else:

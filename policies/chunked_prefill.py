@@ -53,7 +53,8 @@ class ChunkedPrefillPolicy(BasePolicy):
         self._last_was_prefill = False
 
     def _run_decodes(self, budget: StepBudget) -> None:
-        self._schedule_decodes([r for r in self.running if not r.is_prefilling], budget)
+        # Not prefilling means exactly the newest output is pending: decoding, by definition.
+        self._schedule_decodes([r for r in self.running if not r.is_prefilling], budget, all_decoding=True)
 
     def _run_prefill_chunks(self, budget: StepBudget, now: float) -> None:
         for request in [r for r in self.running if r.is_prefilling]:
@@ -85,11 +86,9 @@ class ChunkedPrefillPolicy(BasePolicy):
             return stretch
         if self.bm.enable_prefix_caching or self.host is not None:
             return None
+        # The checks that cost O(1) first: most calls end at one of them.
         prefill = self.running[-1]
-        decoders = self.running[:-1]
-        if prefill.request_id in self._preempted_at or not self._all_decoding(decoders):
-            return None
-        budget_left = self.options.max_num_batched_tokens - len(decoders)
+        budget_left = self.options.max_num_batched_tokens - (len(self.running) - 1)
         chunk = min(self.chunk_size, budget_left)
         if chunk < 1:
             return None
@@ -97,6 +96,11 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None  # budget left beside the chunk: a waiting request could be admitted
         pending = prefill.num_tokens - prefill.num_processed
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
+        if num_steps < 2 or prefill.request_id in self._preempted_at:
+            return None  # the engine takes runs of two steps or more
+        decoders = self.running[:-1]
+        if not self._all_decoding(decoders):
+            return None
         to_finish = steps_to_first_finish(decoders) if decoders else num_steps + 1
         num_steps = min(num_steps, to_finish)
         ids = request_ids(decoders)
