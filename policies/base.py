@@ -294,7 +294,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             budget.num_seqs -= len(decoders)
             return
         for request in decoders:
-            if request in self.running and not budget.is_spent:
+            # Status, not `in self.running`: a scan per request made memory-tight steps quadratic.
+            if request.status is Status.RUNNING and not budget.is_spent:
                 if self._schedule_running(request, 1):
                     budget.take(1)
 

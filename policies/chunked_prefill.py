@@ -14,7 +14,7 @@ from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
 from policies.stretch import Stretch
-from simcore.request import Request
+from simcore.request import Request, Status
 
 
 class ChunkedPrefillPolicy(BasePolicy):
@@ -60,7 +60,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         for request in [r for r in self.running if r.is_prefilling]:
             if budget.is_spent:
                 return
-            if request in self.running and not self._is_scheduled(request):
+            if request.status is Status.RUNNING and not self._is_scheduled(request):
                 chunk = min(request.num_pending, self.chunk_size, budget.num_tokens)
                 if self._schedule_running(request, chunk):
                     budget.take(chunk)

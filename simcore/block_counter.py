@@ -86,7 +86,7 @@ class BlockCounter(BlockArithmetic):
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
         capacity = map(mul, map(self.num_table_blocks.__getitem__, request_ids), repeat(self.block_size))
-        return [slots + 1 for slots in map(sub, capacity, map(self.num_positions.__getitem__, request_ids))]
+        return list(map(add, map(sub, capacity, map(self.num_positions.__getitem__, request_ids)), repeat(1)))
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None) -> None:
         if firsts is None:

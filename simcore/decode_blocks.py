@@ -16,6 +16,13 @@ def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) 
     """Most steps (<= limit) whose new blocks, for requests first needing one at `firsts`, fit in `free`."""
     if len(firsts) * (limit // block_size + 1) <= free:
         return limit  # even if every request took its most blocks (the usual case: plenty free)
+    if firsts and max(firsts) <= block_size:
+        # Each request needs a block once per block_size steps, at its own offset: the blocks
+        # are taken in rounds of len(firsts), so the (free + 1)-th, the first that does not
+        # fit, is the one at index free % n of the sorted offsets in round free // n.
+        offsets = sorted(firsts)
+        rounds, index = divmod(free, len(offsets))
+        return min(limit, rounds * block_size + offsets[index] - 1)
     firsts = [f for f in firsts if f <= limit]
     if not firsts:
         return limit

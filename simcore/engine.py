@@ -314,11 +314,14 @@ def simulate(
 FLUSH_EVERY = 4096
 
 
-def _extras(cost_model: CostModel, plan) -> dict[str, float]:  # noqa: ANN001
+def _extras(cost_model: CostModel, plan) -> dict[str, float] | None:  # noqa: ANN001
     """Columns a cost model adds to a step's record: its own measurements, and link time."""
+    moves = plan.blocks_to_swap_in or plan.blocks_to_swap_out
+    if not moves and getattr(cost_model, "last_step_extras", None) is None:
+        return None
     extras = step_extras(cost_model)
     transfer_time = getattr(cost_model, "transfer_time", None)
-    if transfer_time is not None and (plan.blocks_to_swap_in or plan.blocks_to_swap_out):
+    if transfer_time is not None and moves:
         extras["transfer_s"] = transfer_time(plan)
     return extras
 

@@ -1,0 +1,36 @@
+"""Block arithmetic of decode runs against a brute-force count, step by step."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.decode_blocks import blocks_added_by_step, max_steps_within
+
+
+def _needed(firsts: list[int], block_size: int, num_steps: int) -> int:
+    """Blocks taken by num_steps steps, counted one step and one request at a time."""
+    taken = 0
+    for first in firsts:
+        taken += sum(1 for step in range(1, num_steps + 1) if step >= first and (step - first) % block_size == 0)
+    return taken
+
+
+@settings(max_examples=300, deadline=None)
+@given(block_size=st.integers(1, 20), firsts=st.lists(st.integers(1, 60), max_size=12),
+       free=st.integers(0, 80), limit=st.integers(0, 90), within_a_block=st.booleans())
+def test_max_steps_within_is_the_most_steps_that_fit(block_size, firsts, free, limit, within_a_block):
+    if within_a_block:  # the usual case (blocks allocated as needed): the closed form applies
+        firsts = [(f - 1) % block_size + 1 for f in firsts]
+    steps = max_steps_within(firsts, block_size, free, limit)
+    assert 0 <= steps <= limit
+    assert _needed(firsts, block_size, steps) <= free
+    if steps < limit:
+        assert _needed(firsts, block_size, steps + 1) > free
+
+
+@settings(max_examples=100, deadline=None)
+@given(block_size=st.integers(1, 20), firsts=st.lists(st.integers(1, 60), max_size=12), num_steps=st.integers(1, 70))
+def test_blocks_added_by_step_counts_each_step(block_size, firsts, num_steps):
+    added = blocks_added_by_step(firsts, block_size, num_steps)
+    assert added == [_needed(firsts, block_size, k) for k in range(1, num_steps + 1)]
