@@ -281,7 +281,13 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         assert builder is not None
         ids = request_ids(decoders)
         firsts = self.bm.first_new_block_steps(ids)
-        if decoders and len(decoders) <= budget.num_tokens and self.bm.max_decode_steps(ids, 1, firsts) == 1:
+        fits = decoders and len(decoders) <= min(budget.num_tokens, budget.num_seqs)
+        if fits and self.bm.max_decode_steps(ids, 1, firsts) < 1 and not self.bm.tracks_block_ids \
+                and not builder.scheduled:
+            num_kept = self._preempt_for_decodes(decoders, firsts)
+            decoders, ids, firsts = decoders[:num_kept], ids[:num_kept], firsts[:num_kept]
+            fits = bool(decoders)
+        if fits and self.bm.max_decode_steps(ids, 1, firsts) == 1:
             self.bm.append_decode_steps(ids, 1, firsts)
             if self.group_decodes and not self.emit_block_tables and not builder.num_seqs \
                     and (all_decoding or self._all_decoding(decoders)):
@@ -298,6 +304,45 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             if request.status is Status.RUNNING and not budget.is_spent:
                 if self._schedule_running(request, 1):
                     budget.take(1)
+
+    def _preempt_for_decodes(self, decoders: list[Request], firsts: list[int]) -> int:
+        """Preempt exactly as the one-by-one loop below would when blocks are short; returns how
+        many decoders (a prefix) keep their place.
+
+        Each decoder in turn that needs a block while none is free takes the newest running
+        requests' blocks; a decoder that would be the next victim is preempted itself, and so
+        are all after it. Worked out on counts, so only where block ids carry no meaning.
+        """
+        running = self.running
+        held = self.bm.num_table_blocks
+        free = self.bm.num_free_blocks
+        back = len(running)
+        victims: list[Request] = []
+        victim_ids: set[int] = set()
+        num_kept, preempt_self = len(decoders), False
+        for index, (request, first) in enumerate(zip(decoders, firsts)):
+            if request.request_id in victim_ids:
+                num_kept = index  # preempted already, as is every decoder after it
+                break
+            if first > 1:
+                continue  # its block has room for this step's position
+            while free == 0:
+                back -= 1
+                victim = running[back]
+                if victim is request:
+                    num_kept, preempt_self = index, True
+                    break
+                victims.append(victim)
+                victim_ids.add(victim.request_id)
+                free += held[victim.request_id]
+            if preempt_self:
+                break
+            free -= 1
+        for victim in victims:
+            self._preempt(victim)
+        if preempt_self:
+            self._preempt(decoders[num_kept])
+        return num_kept
 
     def _add_decode_seqs(self, decoders: list[Request]) -> None:
         builder = self._plan

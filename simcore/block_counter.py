@@ -17,6 +17,7 @@ from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, max_ste
 
 
 class BlockCounter(BlockArithmetic):
+    tracks_block_ids = False
     enable_prefix_caching = False
     on_evict = None
     num_evictions = 0

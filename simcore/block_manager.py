@@ -31,6 +31,8 @@ class PrefixHit:
 
 
 class BlockManager(BlockArithmetic):
+    tracks_block_ids = True
+
     def __init__(
         self,
         num_blocks: int,
