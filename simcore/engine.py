@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, repeat
-from operator import sub
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +35,9 @@ class RunLimits:
     max_wall_time_s: float | None = None
     # Verify block accounting and request state after every step (slower; on in tests).
     check_invariants: bool = False
-    # Take runs of decode-only steps at once when the cost model can price them in bulk.
-    # Results are identical either way (tested); off gives the straightforward step-by-step loop.
+    # Take runs of decode-only steps at once when the cost model can price them in bulk, and plan
+    # a step's decodes as one column group. Results are identical either way (tested); off gives
+    # the straightforward loop: one step, one ScheduledSeq per request, at a time.
     fast_forward: bool = True
 
 
@@ -96,14 +96,17 @@ def simulate(
     wall_start = time.perf_counter()
     # Released follow-up turns, (arrival time, request id, request), a heap.
     follow_ups: list[tuple[float, int, Request]] = []
-    state = {"end": "done", "events": 0, "next_timed": 0}
+    # "now" is the simulated clock: step ends are sums start + duration, the same additions on
+    # either path. SimPy's clock follows it to within rounding (a sleep to an exact float cannot
+    # always be expressed as now + delay), so times are read from here, never from env.now.
+    state = {"end": "done", "events": 0, "next_timed": 0, "now": 0.0}
     bulk = getattr(cost_model, "aggregate_step_times", None) if limits.fast_forward else None
     if on_step is not None:
         bulk = None  # a per-step callback wants every step
     priced_one_by_one = getattr(cost_model, "iter_step_times", None) if bulk is not None else None
     horizon = limits.max_sim_time_s if limits.max_sim_time_s is not None else math.inf
     num_timed = len(timed)
-    if hasattr(policy, "group_decodes"):
+    if hasattr(policy, "group_decodes"):  # a representation choice only: see RunLimits.fast_forward
         policy.group_decodes = limits.fast_forward
 
     def next_arrival() -> float:
@@ -147,13 +150,14 @@ def simulate(
         plan = policy.plan_stretch()
         if plan is None or plan.num_steps < 2:
             return 0
-        start = env.now
+        start = state["now"]
         if priced_one_by_one is not None:
             durations = priced_one_by_one(*plan.step_terms())
         else:
             durations = np.broadcast_to(bulk(*plan.shapes()), (plan.num_steps,)).tolist()
         # Step ends by repeated addition, exactly as the clock advances one step at a time.
         ends = []
+        taken = []
         clock = start
         arrival = next_arrival()
         for duration in islice(durations, plan.num_steps):
@@ -166,6 +170,7 @@ def simulate(
             if clock >= horizon:
                 break
             ends.append(clock)
+            taken.append(duration)
         num_steps = len(ends)
         if num_steps < 2:
             return 0
@@ -176,11 +181,12 @@ def simulate(
         shared_before = policy.bm.num_shared_blocks
         first_step = policy.num_steps
         added = policy.stretch_blocks_added(plan, num_steps - 1)
-        yield from _sleep_until(env, ends[-1])
+        yield from _wait_until(env, ends[-1])
+        state["now"] = ends[-1]
         done = policy.apply_stretch(plan, ends)
         if children:
             for request in done:
-                release_children(request, env.now)
+                release_children(request, ends[-1])
         flush()
         starts = [start, *ends[:-1]]
         host_used = policy.host.num_used_blocks if policy.host is not None else 0
@@ -189,7 +195,7 @@ def simulate(
         # Every step but the last shows the state before the run; the last one saw any finishes
         # (arrivals during it join after it, as for any step).
         log.extend_columns((
-            range(first_step, first_step + num_steps), starts, map(sub, ends, starts),
+            range(first_step, first_step + num_steps), starts, taken,
             repeat(plan.num_seqs, num_steps), repeat(chunk, num_steps), repeat(num_decodes, num_steps),
             repeat(num_decodes, num_steps),
             [*repeat(num_running, same), len(policy.running)],
@@ -206,9 +212,13 @@ def simulate(
             policy.check()
         return num_steps
 
+    def end_at_horizon() -> None:
+        state["end"] = "max_sim_time"
+        state["now"] = horizon
+
     def steps():  # noqa: ANN202
         while True:
-            take_arrivals(env.now)
+            take_arrivals(state["now"])
             if bulk is not None:
                 taken = yield from stretch()
                 if taken:
@@ -216,26 +226,33 @@ def simulate(
                         state["end"] = "max_wall_time"
                         return
                     continue
-            plan = policy.schedule(env.now)
+            start = state["now"]
+            plan = policy.schedule(start)
             if plan is None:
                 upcoming = next_arrival()
                 if upcoming == math.inf:
                     # Nothing will arrive: not even a follow-up turn, whose parent may never run.
                     if policy.has_work() or children:
-                        raise ServesimError(_stuck_message(policy, env.now))
+                        raise ServesimError(_stuck_message(policy, start))
                     return
-                yield from _sleep_until(env, upcoming)
+                if upcoming >= horizon:
+                    return end_at_horizon()
+                yield from _wait_until(env, upcoming)
+                state["now"] = upcoming
                 continue
-            start = env.now
             duration = cost_model.step_time(plan)
             if not 0 < duration < math.inf:
                 raise ServesimError(f"cost model returned step time {duration!r} for step {plan.step_id}; "
                                     "expected a positive finite number of seconds")
-            yield env.timeout(duration)
-            done = policy.complete(plan, env.now)
+            end = start + duration
+            if end >= horizon:
+                return end_at_horizon()  # the run ends before this step does
+            yield from _wait_until(env, end)
+            state["now"] = end
+            done = policy.complete(plan, end)
             if children:
                 for request in done:
-                    release_children(request, env.now)
+                    release_children(request, end)
             flush()
             state["events"] += 1
             log.append(
@@ -264,23 +281,18 @@ def simulate(
             if limits.check_invariants:
                 policy.check()
             if on_step is not None:
-                on_step(env.now)
+                on_step(end)
             if limits.max_wall_time_s is not None and time.perf_counter() - wall_start > limits.max_wall_time_s:
                 state["end"] = "max_wall_time"
                 return
 
     stepper = env.process(steps())
-    until = stepper
-    if limits.max_sim_time_s is not None:
-        until = env.any_of([stepper, env.timeout(limits.max_sim_time_s)])
     # The templates live for the whole run: keep the collector from rescanning them.
     gc.freeze()
     try:
-        env.run(until=until)
+        env.run(until=stepper)
     finally:
         gc.unfreeze()
-    if not stepper.triggered:
-        state["end"] = "max_sim_time"
     unfinished: list[Request] = []
     if state["end"] != "done":
         unfinished = policy.drain_unfinished()
@@ -303,7 +315,7 @@ def simulate(
         unfinished=unfinished,
         steps=log,
         end_reason=state["end"],
-        sim_time_s=env.now,
+        sim_time_s=state["now"],
         wall_time_s=time.perf_counter() - wall_start,
         num_events=state["events"],
         itl=policy.itl if hasattr(policy, "itl") else ItlLog(),
@@ -326,14 +338,9 @@ def _extras(cost_model: CostModel, plan) -> dict[str, float] | None:  # noqa: AN
     return extras
 
 
-def _sleep_until(env: simpy.Environment, when: float):  # noqa: ANN202
-    """Wait until exactly `when` (env.now + (when - env.now) can round away from `when`)."""
-    delay = when - env.now
-    while env.now + delay < when:
-        delay = math.nextafter(delay, math.inf)
-    while env.now + delay > when:
-        delay = math.nextafter(delay, -math.inf)
-    yield env.timeout(delay)
+def _wait_until(env: simpy.Environment, when: float):  # noqa: ANN202
+    """Let SimPy's clock reach `when` (to within rounding: the engine keeps the exact time)."""
+    yield env.timeout(max(when - env.now, 0.0))
 
 
 def _stuck_message(policy, now: float) -> str:  # noqa: ANN001

@@ -6,6 +6,8 @@ import random
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backends.constant import ConstantCostModel
 from policies.registry import make_policy
@@ -69,8 +71,8 @@ def test_fast_path_matches_step_by_step(name, opts, caching):
     requests = workload(7, content=caching, sessions=True)
     (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = run_both(
         requests, name, opts, cost=cost, caching=caching)
-    pd.testing.assert_frame_equal(slow_requests, fast_requests)
-    pd.testing.assert_frame_equal(slow_steps, fast_steps)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
     assert _expanded(slow.itl) == _expanded(fast.itl)  # the same inter-token gaps
     assert slow.sim_time_s == fast.sim_time_s
 
@@ -100,8 +102,8 @@ def test_counting_blocks_matches_tracking_block_ids(name, opts, seed):
         assert isinstance(policy.bm, BlockCounter) != track
         result = simulate(requests, policy, cost, limits=RunLimits(check_invariants=True))
         frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), result.itl))
-    pd.testing.assert_frame_equal(frames[0][0], frames[1][0])
-    pd.testing.assert_frame_equal(frames[0][1], frames[1][1])
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
     assert _expanded(frames[0][2]) == _expanded(frames[1][2])
 
 
@@ -112,8 +114,8 @@ def test_fast_path_matches_with_constant_costs_ties_and_a_horizon(name, opts):
     cost = ConstantCostModel(step_s=0.01)
     (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = run_both(
         requests, name, opts, cost=cost, caching=False, horizon=0.6)
-    pd.testing.assert_frame_equal(slow_requests, fast_requests)
-    pd.testing.assert_frame_equal(slow_steps, fast_steps)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
     assert slow.end_reason == fast.end_reason
 
 
@@ -134,8 +136,8 @@ def test_mixed_stretches_are_planned_and_match():
     cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
     (_, slow_requests, slow_steps), (_, fast_requests, fast_steps) = run_both(
         requests, "chunked_prefill", {"chunk_size": 16}, cost=cost, caching=False)
-    pd.testing.assert_frame_equal(slow_requests, fast_requests)
-    pd.testing.assert_frame_equal(slow_steps, fast_steps)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
     assert ((fast_steps["num_prefill_tokens"] > 0) & (fast_steps["num_decode_tokens"] > 0)).any()
 
 
@@ -171,3 +173,30 @@ def test_fast_path_plans_decodes_as_groups_and_the_step_path_does_not():
         simulate(requests, policy, Spy(step_s=0.01, per_token_s=1e-4),
                  limits=RunLimits(fast_forward=fast, check_invariants=True))
     assert any(seen[True]) and not any(seen[False])
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), config=st.sampled_from(POLICIES), caching=st.booleans(),
+       num_blocks=st.sampled_from([24, 64, 400]))
+def test_fast_path_matches_step_by_step_on_random_workloads(seed, config, caching, num_blocks):
+    """Random arrivals, lengths, sessions and memory pressure: the fast path (stretches, decode
+    groups, preemption on counts) and the straightforward loop give the same tables."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    name, opts = config
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    requests = [r for r in workload(seed, content=caching, sessions=seed % 2 == 0)
+                if (r.prompt_len + r.output_len + 3) // 4 <= num_blocks]
+    frames = []
+    for fast in (False, True):
+        needs_host = name == "offload" or opts.get("preemption") == "swap"
+        policy = make_policy(name, num_blocks=num_blocks, block_size=4, prefix_caching=caching,
+                             num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96,
+                             **opts)
+        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast))
+        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), _expanded(result.itl)))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
+    assert frames[0][2] == frames[1][2]
