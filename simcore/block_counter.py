@@ -13,7 +13,7 @@ from itertools import repeat
 from operator import add, mul, sub
 
 from simcore.block_manager import PrefixHit
-from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, max_steps_within
+from simcore.decode_blocks import BlockArithmetic, max_steps_within
 
 
 class BlockCounter(BlockArithmetic):
@@ -77,12 +77,6 @@ class BlockCounter(BlockArithmetic):
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
         return max_steps_within(firsts, self.block_size, self._free, limit)
-
-    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int,
-                                       firsts: list[int] | None = None) -> list[int]:
-        if firsts is None:
-            firsts = self.first_new_block_steps(request_ids)
-        return blocks_added_by_step(firsts, self.block_size, num_steps)
 
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""

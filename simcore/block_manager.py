@@ -14,7 +14,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from simcore.decode_blocks import BlockArithmetic, blocks_added_by_step, first_new_block_step, max_steps_within
+from simcore.decode_blocks import BlockArithmetic, first_new_block_step, max_steps_within
 from simcore.prefix import BlockContent
 
 
@@ -204,13 +204,6 @@ class BlockManager(BlockArithmetic):
         # stretch may only use truly free blocks.
         free = len(self.free_blocks) if self.on_evict is not None else self.num_free_blocks
         return max_steps_within(firsts, self.block_size, free, limit)
-
-    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int,
-                                       firsts: list[int] | None = None) -> list[int]:
-        """Extra blocks in use after each of the next `num_steps` decode steps (for step records)."""
-        if firsts is None:
-            firsts = self.first_new_block_steps(request_ids)
-        return blocks_added_by_step(firsts, self.block_size, num_steps)
 
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""

@@ -84,3 +84,15 @@ class BlockArithmetic:
 
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
         raise NotImplementedError
+
+    def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
+        """For each request, the decode step (1-based) that first needs a new block."""
+        raise NotImplementedError
+
+    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int,
+                                       firsts: list[int] | None = None) -> list[int]:
+        """Extra blocks in use after each of the next `num_steps` decode steps (for step records).
+        `firsts`: first_new_block_steps(request_ids), when the caller has them."""
+        if firsts is None:
+            firsts = self.first_new_block_steps(request_ids)
+        return blocks_added_by_step(firsts, self.block_size, num_steps)
