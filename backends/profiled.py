@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ import numpy as np
 
 from backends.base import CostContext
 from simcore.errors import ConfigError
-from simcore.plan import StepPlan
+from simcore.plan import RunShape, StepPlan
 
 # Shape descriptors, in the order the CSV carries them (time_s follows).
 SHAPE_COLUMNS = (
@@ -56,7 +57,14 @@ GEOMETRY = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_di
 def plan_shape(plan: StepPlan) -> dict[str, float]:
     """A plan's shape descriptors (SHAPE_COLUMNS), the same quantities the profiler records."""
     row = dict.fromkeys((*SHAPE_COLUMNS, *OPTIONAL_SHAPE_COLUMNS), 0.0)
-    for s in plan.seqs:
+    seqs = plan.seqs
+    group = plan.decodes
+    if group is not None:  # decodes as columns: the same sums, without a ScheduledSeq each
+        row["num_seqs"] = row["num_decode_tokens"] = row["num_selecting"] = float(len(group))
+        row["sum_context"] = row["sum_decode_context"] = float(group.sum_context)
+        row["max_context"] = float(max(group.context_lens))
+        seqs = seqs.others
+    for s in seqs:
         c, q = s.context_len, s.num_new_tokens
         row["num_seqs"] += 1
         row["sum_context"] += c
@@ -237,19 +245,21 @@ class StepTimeFit:
     coef: np.ndarray = field(repr=False)
 
     @staticmethod
+    def features(r: dict, knots: tuple[float, ...]) -> list[float]:
+        """One row of the design matrix: the terms the coefficients multiply."""
+        n = _tokens(r)
+        return [
+            1.0, n, *(max(0.0, n - k) for k in knots),
+            r["sum_prefill_context"] + r["sum_prefill_causal"],
+            r["sum_decode_context"] + r["num_decode_tokens"],
+            r["num_seqs"], r["num_selecting"],
+            _prefill_pieces(r), _continuations(r), _prefill_context(r),
+            1.0 if r["num_decode_tokens"] > 0 else 0.0,
+        ]
+
+    @staticmethod
     def design(rows: list[dict], knots: tuple[float, ...]) -> np.ndarray:
-        cols = []
-        for r in rows:
-            n = _tokens(r)
-            cols.append([
-                1.0, n, *(max(0.0, n - k) for k in knots),
-                r["sum_prefill_context"] + r["sum_prefill_causal"],
-                r["sum_decode_context"] + r["num_decode_tokens"],
-                r["num_seqs"], r["num_selecting"],
-                _prefill_pieces(r), _continuations(r), _prefill_context(r),
-                1.0 if r["num_decode_tokens"] > 0 else 0.0,
-            ])
-        return np.asarray(cols, dtype=float)
+        return np.asarray([StepTimeFit.features(r, knots) for r in rows], dtype=float)
 
     @classmethod
     def fit(cls, rows: list[dict]) -> StepTimeFit:
@@ -266,6 +276,18 @@ class StepTimeFit:
 
     def predict(self, rows: list[dict]) -> np.ndarray:
         return self.design(rows, self.knots) @ self.coef
+
+    def predict_one(self, row: dict) -> float:
+        """One step's prediction as a plain left-to-right sum, so that the step path and the fast
+        path (which price the same shapes) agree bit for bit, whatever BLAS does with a matrix."""
+        total = 0.0
+        for value, coef in zip(self.features(row, self.knots), self._coefs, strict=True):
+            total += value * coef
+        return total
+
+    @property
+    def _coefs(self) -> list[float]:
+        return self.coef.tolist()
 
     def terms(self) -> dict[str, float]:
         names = ["const_s", "per_token_s", *(f"per_token_above_{int(k)}_s" for k in self.knots),
@@ -369,8 +391,28 @@ class ProfiledCostModel:
     def step_time(self, plan: StepPlan) -> float:
         compute = 0.0
         if plan.seqs:
-            compute = max(float(self.fit.predict([plan_shape(plan)])[0]), 0.0)
+            compute = max(self.fit.predict_one(plan_shape(plan)), 0.0)
         return compute + self.transfer_time(plan)
+
+    def iter_step_times(self, shape: RunShape) -> Iterator[float]:
+        """Times of a run's successive steps (see RunShape), bit-equal to step_time on the plans
+        they stand for: the same descriptors, step by step, through the same sum."""
+        n, q = shape.num_decodes, shape.chunk
+        row = dict.fromkeys((*SHAPE_COLUMNS, *OPTIONAL_SHAPE_COLUMNS), 0.0)
+        row["num_seqs"] = float(shape.num_seqs)
+        row["num_decode_tokens"] = row["num_selecting"] = float(n)
+        row["num_prefill_tokens"] = float(q)
+        row["sum_prefill_causal"] = q * (q + 1) / 2
+        decode_context, prefill_context = shape.decode_context, shape.prefill_context
+        while True:
+            row["sum_decode_context"] = float(decode_context)
+            row["sum_context"] = float(decode_context + (prefill_context if q else 0))
+            if q:
+                row["sum_prefill_context"] = float(q * prefill_context)
+                row["num_prefill_continuations"] = 1.0 if prefill_context > 0 else 0.0
+            yield max(self.fit.predict_one(row), 0.0) + 0.0
+            decode_context += n
+            prefill_context += q
 
     def transfer_time(self, plan: StepPlan) -> float:
         moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)

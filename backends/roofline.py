@@ -31,7 +31,7 @@ from backends.base import CostContext
 from simcore.capacity import kv_heads_per_gpu
 from simcore.errors import ConfigError
 from simcore.model import ModelSpec
-from simcore.plan import StepPlan
+from simcore.plan import RunShape, StepPlan
 from simcore.presets import GB, HardwareSpec, get_link
 
 TRANSFER_MODES = ("serial", "overlap")
@@ -162,12 +162,16 @@ class RooflineCostModel:
         times = self._compute_time(num_tokens, num_seqs, num_selecting, attn_work, kv_positions, np.maximum)
         return np.asarray(times, dtype=np.float64)
 
-    def iter_step_times(self, num_tokens: int, num_seqs: int, num_selecting: int, attn_work: int, attn_step: int,
-                        kv_positions: int, kv_step: int) -> Iterator[float]:
-        """Times of successive steps whose attention work and KV positions grow by fixed steps,
-        bit-equal to step_time: the fast path's pricing, one step at a time so that a run cut
-        short by an arrival prices only the steps it takes."""
-        dense, _, comm, overhead = self._parts(num_tokens, num_seqs, num_selecting, attn_work, kv_positions, max)
+    def iter_step_times(self, shape: RunShape) -> Iterator[float]:
+        """Times of a run's successive steps, bit-equal to step_time: the fast path's pricing, one
+        step at a time so that a run cut short by an arrival prices only the steps it takes."""
+        n, q = shape.num_decodes, shape.chunk
+        # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly.
+        attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q)
+        attn_step = 2 * n + 2 * q * q
+        kv_positions = shape.decode_context + shape.prefill_context + n + q
+        kv_step = n + q
+        dense, _, comm, overhead = self._parts(n + q, shape.num_seqs, n, attn_work, kv_positions, max)
         per_work = self._attn_flops_per_work
         per_position = self._kv_bytes_per_pos
         compute_rate, mem_rate = self._compute_rate, self._mem_rate

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simcore.plan import RunShape
 from simcore.request import Request
 
 
@@ -44,10 +45,6 @@ class Stretch:
         kv_positions = decode_context + prefill_context + num_tokens
         return num_tokens, self.num_seqs, n, attn_work, kv_positions
 
-    def step_terms(self) -> tuple[int, int, int, int, int, int, int]:
-        """The same shapes as arithmetic progressions over the steps: (tokens, sequences,
-        selecting, first attention work, its step, first KV positions, their step)."""
-        n, q = len(self.decoders), self.chunk
-        attn_work = 2 * self.decode_context + n + q * (2 * self.prefill_context + q)
-        kv_positions = self.decode_context + self.prefill_context + n + q
-        return n + q, self.num_seqs, n, attn_work, 2 * n + 2 * q * q, kv_positions, n + q
+    def run_shape(self) -> RunShape:
+        """What a cost model needs to price the steps one at a time (`iter_step_times`)."""
+        return RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context)

@@ -100,10 +100,11 @@ def simulate(
     # either path. SimPy's clock follows it to within rounding (a sleep to an exact float cannot
     # always be expressed as now + delay), so times are read from here, never from env.now.
     state = {"end": "done", "events": 0, "next_timed": 0, "now": 0.0}
-    bulk = getattr(cost_model, "aggregate_step_times", None) if limits.fast_forward else None
-    if on_step is not None:
-        bulk = None  # a per-step callback wants every step
-    priced_one_by_one = getattr(cost_model, "iter_step_times", None) if bulk is not None else None
+    # Runs of steps need a cost model that prices them without a plan per step: one at a time
+    # (`iter_step_times`, preferred) or in bulk (`aggregate_step_times`); and no per-step callback.
+    priced_one_by_one = getattr(cost_model, "iter_step_times", None)
+    bulk = getattr(cost_model, "aggregate_step_times", None)
+    fast = limits.fast_forward and on_step is None and (priced_one_by_one is not None or bulk is not None)
     horizon = limits.max_sim_time_s if limits.max_sim_time_s is not None else math.inf
     num_timed = len(timed)
     if hasattr(policy, "group_decodes"):  # a representation choice only: see RunLimits.fast_forward
@@ -152,7 +153,7 @@ def simulate(
             return 0
         start = state["now"]
         if priced_one_by_one is not None:
-            durations = priced_one_by_one(*plan.step_terms())
+            durations = priced_one_by_one(plan.run_shape())
         else:
             durations = np.broadcast_to(bulk(*plan.shapes()), (plan.num_steps,)).tolist()
         # Step ends by repeated addition, exactly as the clock advances one step at a time.
@@ -219,7 +220,7 @@ def simulate(
     def steps():  # noqa: ANN202
         while True:
             take_arrivals(state["now"])
-            if bulk is not None:
+            if fast:
                 taken = yield from stretch()
                 if taken:
                     if limits.max_wall_time_s is not None and time.perf_counter() - wall_start > limits.max_wall_time_s:

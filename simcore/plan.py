@@ -41,6 +41,25 @@ class ScheduledSeq(NamedTuple):
         return self.context_len + self.num_new_tokens
 
 
+class RunShape(NamedTuple):
+    """A run of steps of one shape, as the fast path hands it to a cost model (plain data).
+
+    Step j (from 0) decodes `num_decodes` requests whose contexts total decode_context +
+    j * num_decodes (each processes one position and selects a token) and, if chunk > 0,
+    processes `chunk` positions of one prompt on a context of prefill_context + j * chunk
+    (selecting nothing: the prompt is not done within the run).
+    """
+
+    num_decodes: int
+    decode_context: int
+    chunk: int = 0
+    prefill_context: int = 0
+
+    @property
+    def num_seqs(self) -> int:
+        return self.num_decodes + (1 if self.chunk else 0)
+
+
 @dataclass(frozen=True, slots=True)
 class DecodeGroup:
     """Decodes of many requests kept as columns: each processes one position on top of its

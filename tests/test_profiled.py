@@ -219,3 +219,53 @@ def test_tables_without_the_continuation_column_derive_it(tmp_path):
     plan = StepPlan(0, (ScheduledSeq(0, 64, 512, True, 576), ScheduledSeq(1, 8, 0, False, 20),
                         ScheduledSeq(2, 1, 30, True, 30)))
     assert plan_shape(plan)["num_prefill_continuations"] == 1
+
+
+def test_runs_priced_one_step_at_a_time_equal_step_time():
+    """The fast path's pricing of a run (decodes, optionally beside a prompt's chunk) equals
+    step_time on the plans it stands for, bit for bit, with decodes as seqs or as a group."""
+    from itertools import islice
+
+    from simcore.plan import DecodeGroup, RunShape, StepSeqs
+
+    model = ProfiledCostModel.from_table(read_profile(TABLE))
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(0, 40))
+        chunk = int(rng.integers(0 if n else 1, 300))
+        contexts = rng.integers(1, 2000, size=n).tolist()
+        prefill_context = int(rng.integers(0, 3000)) if chunk else 0
+        steps = int(rng.integers(1, 12))
+        times = list(islice(model.iter_step_times(RunShape(n, sum(contexts), chunk, prefill_context)), steps))
+        for j in (0, steps - 1):
+            decodes = [ScheduledSeq(i, 1, c + j, True, 1) for i, c in enumerate(contexts)]
+            prefill = [ScheduledSeq(n, chunk, prefill_context + j * chunk, False, 10**6)] if chunk else []
+            assert model.step_time(StepPlan(j, tuple(decodes + prefill))) == times[j]
+            if decodes:
+                group = DecodeGroup(tuple(range(n)), tuple(c + j for c in contexts), (1,) * n,
+                                    sum(contexts) + j * n)
+                assert model.step_time(StepPlan(j, StepSeqs(group, tuple(prefill)))) == times[j]
+
+
+@pytest.mark.parametrize("policy", [{"name": "continuous"}, {"name": "chunked_prefill", "chunk_size": 32}])
+def test_fast_path_with_a_profiled_table_matches_stepping(policy):
+    import pandas as pd
+
+    from policies.registry import make_policy
+    from simcore.engine import RunLimits, simulate
+    from simcore.metrics import request_frame
+    from tests.helpers import req
+
+    model = ProfiledCostModel.from_table(read_profile(TABLE))
+    rng = np.random.default_rng(1)
+    requests = [req(i, 0.002 * i, int(rng.integers(8, 200)), int(rng.integers(1, 60))) for i in range(80)]
+    frames = []
+    for fast in (False, True):
+        options = {k: v for k, v in policy.items() if k != "name"}
+        p = make_policy(policy["name"], num_blocks=256, block_size=16, max_num_seqs=16, max_num_batched_tokens=256,
+                        **options)
+        result = simulate(requests, p, model, limits=RunLimits(fast_forward=fast))
+        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), result.num_events))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
+    assert frames[1][2] < frames[0][2]  # the fast path did take runs of steps at once

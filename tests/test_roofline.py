@@ -253,7 +253,7 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
     contexts = rng.integers(1, per_seq + 1, size=num_decodes).tolist()
     stretch = Stretch(num_steps, [None] * num_decodes, list(range(num_decodes)), [], sum(contexts), num_steps,
                       object() if chunk else None, chunk, prefill_context)
-    one_by_one = list(islice(model.iter_step_times(*stretch.step_terms()), num_steps))
+    one_by_one = list(islice(model.iter_step_times(stretch.run_shape()), num_steps))
     in_bulk = model.aggregate_step_times(*stretch.shapes()).tolist()
     assert one_by_one == in_bulk
     prompt = 1
