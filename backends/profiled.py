@@ -281,13 +281,12 @@ class StepTimeFit:
         """One step's prediction as a plain left-to-right sum, so that the step path and the fast
         path (which price the same shapes) agree bit for bit, whatever BLAS does with a matrix."""
         total = 0.0
-        for value, coef in zip(self.features(row, self.knots), self._coefs, strict=True):
+        for value, coef in zip(self.features(row, self.knots), self.coef_list, strict=True):
             total += value * coef
         return total
 
-    @property
-    def _coefs(self) -> list[float]:
-        return self.coef.tolist()
+    def __post_init__(self) -> None:
+        self.coef_list: list[float] = self.coef.tolist()  # Python floats: cheaper per step than numpy
 
     def terms(self) -> dict[str, float]:
         names = ["const_s", "per_token_s", *(f"per_token_above_{int(k)}_s" for k in self.knots),
