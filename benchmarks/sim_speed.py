@@ -9,6 +9,7 @@ its own) and writes full per-request and per-step Parquet outputs.
 
     python benchmarks/sim_speed.py                      # 10k and 100k
     python benchmarks/sim_speed.py --sizes 10000 100000 1000000
+    python benchmarks/sim_speed.py --sizes 10000 --profile-table tests/data/profiles/cpu-tiny-llama.csv
 """
 
 from __future__ import annotations
@@ -32,27 +33,29 @@ POLICIES = {
 }
 
 
-def experiment(size: int, policy: str) -> dict:
+def experiment(size: int, policy: str, profile_table: str | None = None) -> dict:
     trace = {"path": "builtin:azure_conv_2023", "lengths_only": True}
     if size > 10_000:
         trace["sample"] = {"n": size, "seed": 1, "replace": True}
     return {
         "name": f"speed-{size}-{policy}", "seed": 0, "model": "llama-2-7b", "hardware": "a100-80gb",
         "workload": {"trace": trace, "arrivals": {"kind": "poisson", "rate": 4.0}, "num_requests": size},
-        "cost_model": {"name": "roofline"},
+        # A profiled table from another model prices steps meaninglessly but as fast (speed only).
+        "cost_model": {"name": "roofline"} if profile_table is None else
+                      {"name": "profiled", "table": profile_table, "check_model": False},
         "policies": [POLICIES[policy]],
         "output": {"plots": False},
     }
 
 
-def run_case(size: int, policy: str, out: Path) -> dict:
+def run_case(size: int, policy: str, out: Path, profile_table: str | None = None) -> dict:
     """One case in this process: build, simulate, write outputs; report figures."""
     sys.path.insert(0, str(ROOT))
     from experiments.config import parse_experiment
     from experiments.runner import run_experiment
 
     started = time.perf_counter()
-    exp = parse_experiment(experiment(size, policy), source=None)
+    exp = parse_experiment(experiment(size, policy, profile_table), source=None)
     run = run_experiment(exp, source=None, out_dir=out)
     wall = time.perf_counter() - started
     (only,) = run.runs
@@ -69,12 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument("--profile-table", help="price steps with this profiled table instead of the roofline")
     parser.add_argument("--case", nargs=2, metavar=("SIZE", "POLICY"), help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.case:
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run_case(int(args.case[0]), args.case[1], Path(tmp))))
+            print(json.dumps(run_case(int(args.case[0]), args.case[1], Path(tmp), args.profile_table)))
         return 0
     print(f"cores: {os.cpu_count()}  python: {sys.version.split()[0]}")
     header = f"{'requests':>9} {'policy':<16} {'wall s':>8} {'sim-loop s':>10} {'simulated s':>12} {'steps':>9} " \
@@ -83,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for size in args.sizes:
         for policy in args.policies:
-            done = subprocess.run([sys.executable, __file__, "--case", str(size), policy], capture_output=True,
+            table = ["--profile-table", str(Path(args.profile_table).resolve())] if args.profile_table else []
+            done = subprocess.run([sys.executable, __file__, "--case", str(size), policy, *table], capture_output=True,
                                   text=True, check=True)
             row = json.loads(done.stdout.strip().splitlines()[-1])
             rows.append(row)

@@ -191,3 +191,11 @@ def test_absurd_kv_sizes_are_a_config_error():
         exp = parse_experiment(with_changes(**changes), source="exp.yaml")
         with pytest.raises(ConfigError):
             resolve_kv(exp, source="exp.yaml")
+
+
+@pytest.mark.parametrize("cv", [3.0879879739205634e-229, 1.3407807929942596e154])
+def test_gamma_cv_that_would_overflow_the_shape_is_a_config_error(cv):
+    # Found by test_fuzz_config: 1/cv^2 divided by zero, or became 0 and every gap NaN.
+    data = with_changes(**{"workload.arrivals": {"kind": "gamma", "rate": 1.0, "cv": cv}})
+    with pytest.raises(ConfigError, match="cv"):
+        parse_experiment(data, source="exp.yaml")

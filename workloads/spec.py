@@ -66,7 +66,9 @@ class GammaArrivals(StrictModel):
 
     kind: Literal["gamma"]
     rate: float = Field(gt=0)
-    cv: float = Field(gt=0)
+    # Bounded so that the gamma shape 1/cv^2 stays a finite, positive number (the fuzzer found
+    # cv = 1e-229 and 1e154, which overflowed it).
+    cv: float = Field(ge=0.001, le=100, description="coefficient of variation of the gaps, 0.001 to 100")
 
 
 class ConstantArrivals(StrictModel):
