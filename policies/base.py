@@ -281,13 +281,14 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         assert builder is not None
         ids = request_ids(decoders)
         firsts = self.bm.first_new_block_steps(ids)
-        fits = decoders and len(decoders) <= min(budget.num_tokens, budget.num_seqs)
-        if fits and self.bm.max_decode_steps(ids, 1, firsts) < 1 and not self.bm.tracks_block_ids \
-                and not builder.scheduled:
+        fits = bool(decoders) and len(decoders) <= min(budget.num_tokens, budget.num_seqs)
+        room = fits and self.bm.max_decode_steps(ids, 1, firsts) == 1
+        if fits and not room and not self.bm.tracks_block_ids and not builder.scheduled:
             num_kept = self._preempt_for_decodes(decoders, firsts)
             decoders, ids, firsts = decoders[:num_kept], ids[:num_kept], firsts[:num_kept]
-            fits = bool(decoders)
-        if fits and self.bm.max_decode_steps(ids, 1, firsts) == 1:
+            # The kept prefix has its blocks now (asked again: the block manager has the last word).
+            room = bool(decoders) and self.bm.max_decode_steps(ids, 1, firsts) == 1
+        if room:
             self.bm.append_decode_steps(ids, 1, firsts)
             if self.group_decodes and not self.emit_block_tables and not builder.num_seqs \
                     and (all_decoding or self._all_decoding(decoders)):

@@ -13,7 +13,7 @@ from typing import Literal
 from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
-from policies.stretch import Stretch
+from policies.stretch import MIN_RUN_STEPS, Stretch
 from simcore.request import Request, Status
 
 
@@ -96,8 +96,8 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None  # budget left beside the chunk: a waiting request could be admitted
         pending = prefill.num_tokens - prefill.num_processed
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
-        if num_steps < 2 or prefill.request_id in self._preempted_at:
-            return None  # the engine takes runs of two steps or more
+        if num_steps < MIN_RUN_STEPS or prefill.request_id in self._preempted_at:
+            return None
         decoders = self.running[:-1]
         if not self._all_decoding(decoders):
             return None

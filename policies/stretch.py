@@ -15,6 +15,9 @@ import numpy as np
 from simcore.plan import RunShape
 from simcore.request import Request
 
+# Runs shorter than this are taken as single steps (a run's bookkeeping costs about one step's).
+MIN_RUN_STEPS = 2
+
 
 @dataclass(frozen=True, slots=True)
 class Stretch:

@@ -21,6 +21,7 @@ import simpy
 
 from backends.base import CostModel, step_extras
 from policies.protocol import Policy
+from policies.stretch import MIN_RUN_STEPS
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.request import Request, Status
@@ -110,23 +111,25 @@ def simulate(
     if hasattr(policy, "group_decodes"):  # a representation choice only: see RunLimits.fast_forward
         policy.group_decodes = limits.fast_forward
 
-    def next_arrival() -> float:
+    def next_arrival() -> tuple[float, bool]:
+        """When the next request arrives, and whether it is a follow-up turn (at a tie, the
+        fixed-time one comes first)."""
         index = state["next_timed"]
         upcoming = timed[index].arrival_s if index < num_timed else math.inf
-        return min(upcoming, follow_ups[0][0]) if follow_ups else upcoming
+        if follow_ups and follow_ups[0][0] < upcoming:
+            return follow_ups[0][0], True
+        return upcoming, False
 
     def take_arrivals(now: float) -> None:
         """Hand the policy every request that has arrived by `now`, in arrival order."""
         while True:
-            index = state["next_timed"]
-            at = timed[index].arrival_s if index < num_timed else math.inf
-            if follow_ups and follow_ups[0][0] < at:
-                if follow_ups[0][0] > now:
-                    return
+            at, is_follow_up = next_arrival()
+            if at > now:
+                return
+            if is_follow_up:
                 request = heapq.heappop(follow_ups)[2]
             else:
-                if at > now:
-                    return
+                index = state["next_timed"]
                 state["next_timed"] = index + 1
                 request = timed[index].copy()
             policy.add(request, request.arrival_s)
@@ -149,7 +152,7 @@ def simulate(
     def stretch():  # noqa: ANN202
         """Take a run of steps of one known shape at once; returns the number taken (0 if none)."""
         plan = policy.plan_stretch()
-        if plan is None or plan.num_steps < 2:
+        if plan is None or plan.num_steps < MIN_RUN_STEPS:
             return 0
         start = state["now"]
         if priced_one_by_one is not None:
@@ -160,7 +163,7 @@ def simulate(
         ends = []
         taken = []
         clock = start
-        arrival = next_arrival()
+        arrival = next_arrival()[0]
         for duration in islice(durations, plan.num_steps):
             if clock >= arrival:
                 break  # this step would start after an arrival: the policy must see it first
@@ -173,7 +176,7 @@ def simulate(
             ends.append(clock)
             taken.append(duration)
         num_steps = len(ends)
-        if num_steps < 2:
+        if num_steps < MIN_RUN_STEPS:
             return 0
         num_decodes, chunk = len(plan.decoders), plan.chunk
         num_running, num_swapped = len(policy.running), len(policy.swapped)
@@ -230,7 +233,7 @@ def simulate(
             start = state["now"]
             plan = policy.schedule(start)
             if plan is None:
-                upcoming = next_arrival()
+                upcoming = next_arrival()[0]
                 if upcoming == math.inf:
                     # Nothing will arrive: not even a follow-up turn, whose parent may never run.
                     if policy.has_work() or children:

@@ -144,15 +144,16 @@ def summarize_frame(
     out["request_throughput"] = num_done / duration if duration > 0 else None
     out["output_throughput"] = num_out / duration if duration > 0 else None
     out["total_token_throughput"] = (num_in + num_out) / duration if duration > 0 else None
-    _stats("ttft", done("ttft_s"), out)
-    _stats("tpot", done("tpot_s"), out)
+    latencies = {column: done(column) for column in SLO_COLUMNS.values()}
+    _stats("ttft", latencies["ttft_s"], out)
+    _stats("tpot", latencies["tpot_s"], out)
     if itl is not None:
         values, weights = itl.arrays()
         _stats("itl", values, out, weights)
         del values, weights
     else:
         _stats("itl", np.zeros(0), out)
-    _stats("e2el", done("e2el_s"), out)
+    _stats("e2el", latencies["e2el_s"], out)
     for part in ("queue", "prefill", "delivery"):
         values = done(f"{part}_s").astype(float) * 1000.0
         out[f"mean_{part}_ms"] = float(np.mean(values)) if values.size else None
@@ -163,7 +164,7 @@ def summarize_frame(
     out["prefix_cache_hit_rate"] = hits / queried if queried else None
     out["num_preemptions"] = int(frame["num_preemptions"].sum())
     if slo_ms:
-        out["request_goodput"] = goodput({column: done(column) for column in SLO_COLUMNS.values()}, slo_ms, duration)
+        out["request_goodput"] = goodput(latencies, slo_ms, duration)
     if extra:
         out.update(extra)
     return out

@@ -44,7 +44,6 @@ class StepLog:
         # (rows are moved there when a run comes) until a chunk is sealed.
         self.rows: list[tuple] = []
         self.columns: list[list] = [[] for _ in STEP_COLUMNS]
-        self.num_buffered = 0
         self.chunks: list[dict[str, np.ndarray]] = []
         self.num_rows = 0
         # Columns only some steps have (a cost model's measurements, link time): step -> value.
@@ -64,7 +63,6 @@ class StepLog:
                 self.extra_totals[key] = self.extra_totals.get(key, 0.0) + value
         self.rows.append(values)
         self.num_rows += 1
-        self.num_buffered += 1
         if self.num_buffered >= CHUNK_ROWS:
             self._seal()
 
@@ -76,9 +74,13 @@ class StepLog:
             column.extend(values)
         added = len(self.columns[0]) - before
         self.num_rows += added
-        self.num_buffered += added
         if self.num_buffered >= CHUNK_ROWS:
             self._seal()
+
+    @property
+    def num_buffered(self) -> int:
+        """Steps not yet sealed into a chunk."""
+        return len(self.rows) + len(self.columns[0])
 
     def _rows_to_columns(self) -> None:
         if self.rows:
@@ -96,7 +98,6 @@ class StepLog:
             for name, column in zip(STEP_COLUMNS, self.columns)
         }
         self.columns = [[] for _ in STEP_COLUMNS]
-        self.num_buffered = 0
         if self.spill_path is None:
             self.chunks.append(chunk)
             return
