@@ -399,7 +399,8 @@ class ProfiledCostModel:
         n, q = shape.num_decodes, shape.chunk
         row = dict.fromkeys((*SHAPE_COLUMNS, *OPTIONAL_SHAPE_COLUMNS), 0.0)
         row["num_seqs"] = float(shape.num_seqs)
-        row["num_decode_tokens"] = row["num_selecting"] = float(n)
+        row["num_decode_tokens"] = float(n)
+        row["num_selecting"] = float(shape.num_selecting)
         row["num_prefill_tokens"] = float(q)
         row["sum_prefill_causal"] = q * (q + 1) / 2
         decode_context, prefill_context = shape.decode_context, shape.prefill_context

@@ -171,7 +171,8 @@ class RooflineCostModel:
         attn_step = 2 * n + 2 * q * q
         kv_positions = shape.decode_context + shape.prefill_context + n + q
         kv_step = n + q
-        dense, _, comm, overhead = self._parts(n + q, shape.num_seqs, n, attn_work, kv_positions, max)
+        dense, _, comm, overhead = self._parts(n + q, shape.num_seqs, shape.num_selecting, attn_work, kv_positions,
+                                               max)
         per_work = self._attn_flops_per_work
         per_position = self._kv_bytes_per_pos
         compute_rate, mem_rate = self._compute_rate, self._mem_rate

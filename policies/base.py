@@ -24,8 +24,8 @@ from policies.fast_path import (
 )
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
-from policies.prefix_reuse import PrefixReuseMixin
-from simcore.block_manager import BlockManager
+from policies.prefix_reuse import NO_HIT, PrefixReuseMixin
+from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
 from simcore.plan import DecodeGroup, ScheduledSeq, StepPlan, StepSeqs
 from simcore.prefix import PrefixHasher
@@ -148,15 +148,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             if request.request_id in self._preempted_at:
                 self._note_resumed(request, now)
             if seq.selects_token:
-                request.num_outputs += 1
-                if request.prefill_done_s is None:
-                    request.prefill_done_s = now
-                delivered = now + self.options.delivery_s
-                if request.last_token_s is None:
-                    request.first_token_s = delivered
-                else:
-                    gaps.append(delivered - request.last_token_s)
-                request.last_token_s = delivered
+                self._select_output(request, now, gaps)
                 if request.is_finished:
                     done.append(request)
         if gaps:
@@ -164,6 +156,18 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         for request in done:
             self._finish(request, now + self.options.delivery_s)
         return done
+
+    def _select_output(self, request: Request, now: float, gaps: list[float]) -> None:
+        """A pass that ended at `now` covered the request's last known token: one more output."""
+        request.num_outputs += 1
+        if request.prefill_done_s is None:
+            request.prefill_done_s = now
+        delivered = now + self.options.delivery_s
+        if request.last_token_s is None:
+            request.first_token_s = delivered
+        else:
+            gaps.append(delivered - request.last_token_s)
+        request.last_token_s = delivered
 
     def _complete_decodes(self, group: DecodeGroup, now: float, gaps: list[float], done: list[Request]) -> None:
         """`complete` for a decode group: the same updates, read and written in tight passes."""
@@ -379,17 +383,24 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         if chunk <= 0 or budget.num_seqs <= 0 or (whole and chunk < pending):
             return 0
         revived = sum(1 for b in hit.block_ids if self.bm.ref_counts[b] == 0)
-        if self.options.admission == "reserve":
-            need = self.bm.blocks_for(request.num_final_positions) - hit.num_blocks
-            reserve_positions = request.num_final_positions
-        else:
-            need = self.bm.blocks_for(num_hit + chunk) - hit.num_blocks
-            reserve_positions = 0
+        reserve_positions = self._admission_reserve(request)
+        need = self.bm.blocks_for(reserve_positions or num_hit + chunk) - hit.num_blocks
         if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
             return 0
-        self.bm.allocate(request.request_id, reserve_positions, hit)
+        self._admit(request, now, reserve_positions, hit, num_hit)
         if host_hits:
             self._reload_from_host(request, hit.num_blocks, host_hits)
+        assert self._plan is not None
+        self._plan.copies.extend(self.bm.append(request.request_id, chunk))
+        self._add_seq(request, chunk)
+        budget.take(chunk)
+        return chunk
+
+    def _admit(self, request: Request, now: float, reserve_positions: int = 0, hit: PrefixHit = NO_HIT,
+               num_hit: int = 0) -> None:
+        """Move a waiting request to the running batch with blocks for its prefix hit (its
+        positions are scheduled by the caller)."""
+        self.bm.allocate(request.request_id, reserve_positions, hit)
         self.waiting.remove(request)
         if self.bm.enable_prefix_caching:
             # vLLM's convention: every lookup queries the request's known tokens.
@@ -402,11 +413,6 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self.num_resident_tokens += num_hit
         request.status = Status.RUNNING
         self.running.append(request)
-        assert self._plan is not None
-        self._plan.copies.extend(self.bm.append(request.request_id, chunk))
-        self._add_seq(request, chunk)
-        budget.take(chunk)
-        return chunk
 
     # ---- preemption and swaps -------------------------------------------------------------
 
@@ -518,18 +524,19 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self.bm.check()
         if self.host is not None:
             self.host.check(self.host_prefix.held_blocks() if self.host_prefix is not None else [])
+        positions = self.bm.num_positions
         for request in self.running:
             if request.num_pending < 1:
                 # The fast path relies on it: a pass covering every known token selects an output.
                 raise AssertionError(f"running request {request.request_id} has no position to process")
-            stored = self.bm.num_positions.get(request.request_id)
+            stored = positions.get(request.request_id)
             if stored != request.num_processed:
                 raise AssertionError(
                     f"request {request.request_id}: block manager stores {stored} positions, "
                     f"request processed {request.num_processed}"
                 )
         for request in self.waiting:
-            if request.request_id in self.bm.num_positions:
+            if request.request_id in positions:
                 raise AssertionError(f"waiting request {request.request_id} still holds blocks")
         if self.hasher is not None and self.bm.enable_prefix_caching:
             self._check_salt_isolation()

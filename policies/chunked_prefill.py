@@ -78,46 +78,79 @@ class ChunkedPrefillPolicy(BasePolicy):
 
         While one request (the newest) is prefilling, stall-free steps carry every decode plus
         a chunk of q = min(chunk_size, budget - decodes) of that prompt. Until its last chunk the
-        shape is fixed, so those steps are certain too when nothing can be admitted beside them.
-        Only where block ids carry no meaning (no prefix cache, no host tier).
+        shape is fixed, so those steps are certain too when nothing can be admitted beside them;
+        with nothing waiting, so is the step of the last chunk (the stretch's `tail`), which
+        selects the prompt's first output. Only where block ids carry no meaning (no prefix
+        cache, no host tier).
         """
         stretch = super().plan_stretch()
-        if stretch is not None or self.order != "stall_free" or not self.running or self.swapped:
+        if stretch is not None or self.order != "stall_free" or self.swapped:
             return stretch
         if self.bm.enable_prefix_caching or self.host is not None:
             return None
+        running = self.running
+        if running and running[-1].is_prefilling:
+            return self._prefill_stretch(running[-1], running[:-1])
+        if self.waiting and self.options.admission != "reserve":
+            return self._prefill_stretch(self.waiting[0], list(running), admits=True)
+        return None
+
+    def _prefill_stretch(self, prefill: Request, decoders: list[Request], *, admits: bool = False) -> Stretch | None:
+        """Every decode beside `prefill`'s chunks (from its admission, when `admits`: it heads
+        the queue and the first step admits it, as `_run_prefill_chunks` would), and the
+        decodes that follow its last chunk when that chunk is in the run."""
         # The checks that cost O(1) first: most calls end at one of them.
-        prefill = self.running[-1]
-        budget_left = self.options.max_num_batched_tokens - (len(self.running) - 1)
+        budget_left = self.options.max_num_batched_tokens - len(decoders)
         chunk = min(self.chunk_size, budget_left)
-        if chunk < 1:
+        if chunk < 1 or (admits and len(decoders) >= self.options.max_num_seqs):
             return None
-        if self.waiting and chunk < budget_left and len(self.running) < self.options.max_num_seqs:
+        num_waiting = len(self.waiting) - (1 if admits else 0)
+        if num_waiting and chunk < budget_left and len(decoders) + 1 < self.options.max_num_seqs:
             return None  # budget left beside the chunk: a waiting request could be admitted
         pending = prefill.num_tokens - prefill.num_processed
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
-        if num_steps < MIN_RUN_STEPS or prefill.request_id in self._preempted_at:
+        # With nothing waiting, the step of that last chunk is certain too: nothing joins it. Only
+        # for a first prefill: a recompute's last chunk may be one position past the prompt,
+        # which a step counts as a decode (so would one-position chunks; they are not taken).
+        recompute = prefill.num_outputs > 0
+        if recompute and (chunk == 1 or admits):
             return None
-        decoders = self.running[:-1]
+        tail = 0 if num_waiting or recompute else pending - num_steps * chunk
+        total = num_steps + (1 if tail else 0)
+        if total < 1 or prefill.request_id in self._preempted_at:
+            return None
         if not self._all_decoding(decoders):
             return None
-        to_finish = steps_to_first_finish(decoders) if decoders else num_steps + 1
-        num_steps = min(num_steps, to_finish)
+        to_finish = steps_to_first_finish(decoders) if decoders else total + 1
         ids = request_ids(decoders)
         firsts = self.bm.first_new_block_steps(ids)
-        num_steps = self._steps_with_blocks(ids, firsts, prefill, chunk, num_steps)
-        if num_steps < 1:
+        if admits:
+            # Admission's own check, after the step's decodes took their blocks (as _try_admit).
+            decode_blocks = sum(1 for first in firsts if first <= 1)
+            need = self.bm.blocks_for(min(pending, chunk))
+            if not self.bm.can_allocate(decode_blocks + need, reserve=self.num_watermark_blocks()):
+                return None
+        limit = self._steps_with_blocks(ids, firsts, prefill, chunk, min(total, to_finish), pending)
+        if limit < 1:
             return None
-        return Stretch(num_steps, decoders, ids, firsts, sum(map(num_processed_of, decoders)), to_finish,
-                       prefill, chunk, prefill.num_processed)
+        stretch = Stretch(limit, decoders, ids, firsts, sum(map(num_processed_of, decoders)), to_finish,
+                          prefill, chunk, prefill.num_processed, tail=tail if limit == total else 0, admits=admits)
+        if stretch.tail and to_finish > limit and prefill.num_target_outputs > 1:
+            stretch.then = self._decodes_after_prompt(stretch, pending)
+        if sum(part.num_steps for part in stretch.parts()) < MIN_RUN_STEPS:
+            return None
+        return stretch
 
-    def _steps_with_blocks(self, ids: list[int], firsts: list[int], prefill: Request, chunk: int, limit: int) -> int:
-        """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now."""
+    def _steps_with_blocks(self, ids: list[int], firsts: list[int], prefill: Request, chunk: int, limit: int,
+                           pending: int) -> int:
+        """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now
+        (the prompt has `pending` positions left: the last chunk may be shorter)."""
         free = self.bm.num_free_blocks
 
         def fits(num_steps: int) -> bool:
             decode_blocks = self.bm.blocks_used_after_decode_steps(ids, num_steps, firsts)[-1] if ids else 0
-            return decode_blocks + self.bm.num_new_blocks_needed(prefill.request_id, num_steps * chunk) <= free
+            prompt_blocks = self.bm.num_new_blocks_needed(prefill.request_id, min(num_steps * chunk, pending))
+            return decode_blocks + prompt_blocks <= free
 
         if limit < 1 or fits(limit):
             return limit

@@ -11,6 +11,7 @@ from operator import attrgetter, sub
 from typing import Any
 
 from policies.stretch import Stretch
+from simcore.decode_blocks import after_storing, blocks_added_by_step, max_steps_within
 from simcore.request import Request
 
 request_id_of = attrgetter("request_id")
@@ -38,15 +39,23 @@ class StretchMixin:
     itl: Any
     num_steps: int
     num_resident_tokens: int
+    waiting: Any
+    swapped: Any
+    host: Any
+    _select_output: Any
+    _admit: Any
+    # Set by the engine: nothing outside the policy needs a run to stop at a finish.
+    run_past_finishes: bool = False
 
     def plan_stretch(self) -> Stretch | None:
         """The run of decode-only steps of the whole running batch that is certain to come next.
 
-        While no request arrives, finishes, is admitted, needs a block it cannot get, or is
-        preempted, each step processes one token for every running request, so the steps can
-        be taken at once (`apply_stretch`) with results identical to stepping one by one.
-        None when the next step is not of that kind. The step in which the first request
-        finishes is included; arrivals are the engine's to bound.
+        While no request arrives, is admitted, needs a block it cannot get, or is preempted,
+        each step processes one token for every running request, so the steps can be taken at
+        once (`apply_stretch`) with results identical to stepping one by one. None when the
+        next step is not of that kind. The run ends at the first finish, or, when the engine
+        allows it (`run_past_finishes`) and nothing waits that a freed slot or block could
+        admit, goes on without the finished requests; arrivals are the engine's to bound.
         """
         running = self.running
         # The newest request is the one most likely still prefilling: look there first.
@@ -60,9 +69,21 @@ class StretchMixin:
             return None
         ids = request_ids(running)
         firsts = self.bm.first_new_block_steps(ids)
-        to_finish = steps_to_first_finish(running)
-        num_steps = self.bm.max_decode_steps(ids, to_finish, firsts)
-        return Stretch(num_steps, list(running), ids, firsts, sum(map(num_processed_of, running)), to_finish)
+        remaining = list(map(sub, map(num_target_of, running), map(num_outputs_of, running)))
+        to_finish = min(remaining)
+        if self.run_past_finishes and not self.waiting and self.can_run_past_finishes():
+            # Blocks are counted as if finished requests kept growing: never more than stepping needs.
+            num_steps = self.bm.max_decode_steps(ids, max(remaining), firsts)
+        else:
+            num_steps, remaining = self.bm.max_decode_steps(ids, to_finish, firsts), None
+        return Stretch(num_steps, list(running), ids, firsts, sum(map(num_processed_of, running)), to_finish,
+                       remaining=remaining)
+
+    def can_run_past_finishes(self) -> bool:
+        """Whether a finish changes nothing for the requests still running but the batch size:
+        true where freed blocks are mere counts (no ids, no cache, no host) and the policy
+        releases them at once."""
+        return not self.bm.tracks_block_ids and self.host is None
 
     def _all_decoding(self, requests: list[Request]) -> bool:
         """Whether each request has its prompt done and exactly its newest output to process."""
@@ -104,25 +125,124 @@ class StretchMixin:
     def _after_decode_steps(self) -> None:
         """Policy state a run of decode-only steps changes (e.g. alternating order)."""
 
-    def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
-        """Blocks in use beyond today's after each of the stretch's first `num_steps` steps."""
-        added = self.bm.blocks_used_after_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
-        if stretch.prefill is not None:
-            rid = stretch.prefill.request_id
-            added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * stretch.chunk) for j, a in enumerate(added)]
-        return added
+    def _decodes_after_prompt(self, stretch: Stretch, pending: int) -> Stretch | None:
+        """The decode-only stretch that follows one whose last step completes its prompt (the
+        tail, `pending` positions from now): that request now decodes beside the stretch's
+        decoders, none of which finished. Planned from the state the stretch leaves."""
+        num_steps, prompt, bs = stretch.num_steps, stretch.prefill, self.bm.block_size
+        assert prompt is not None
+        ran = stretch.decoders
+        moves = [(first, num_steps) for first in stretch.decode_firsts]
+        if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
+            reserved = self.bm.blocks_for(self._admission_reserve(prompt))
+            prompt_first = reserved * bs + 1
+        else:
+            reserved, prompt_first = 0, self.bm.first_new_block_steps([prompt.request_id])[0]
+        moves.append((prompt_first, pending))
+        taken, firsts = reserved, []
+        for first, num_positions in moves:
+            need, after = after_storing(first, num_positions, bs)
+            taken += need
+            firsts.append(after)
+        remaining = [r - num_steps for r in map(sub, map(num_target_of, ran), map(num_outputs_of, ran))]
+        remaining.append(prompt.num_target_outputs - 1)
+        contexts = [c + num_steps for c in map(num_processed_of, ran)]
+        contexts.append(prompt.num_processed + pending)
+        to_finish = min(remaining)
+        past = self.run_past_finishes and self.can_run_past_finishes()
+        limit = max_steps_within(firsts, bs, self.bm.num_free_blocks - taken, max(remaining) if past else to_finish)
+        if limit < 1 or not self._decodes_all_fit(len(firsts)):
+            return None
+        return Stretch(limit, [*ran, prompt], [*stretch.decode_ids, prompt.request_id], firsts, sum(contexts),
+                       to_finish, remaining=remaining if past else None, decode_contexts=contexts)
+
+    def _admission_reserve(self, request: Request) -> int:
+        """Positions admission allocates blocks for up front (reserve admission: all of them)."""
+        return request.num_final_positions if self.options.admission == "reserve" else 0
+
+    def begin_stretch(self, stretch: Stretch, now: float) -> None:
+        """What a stretch's first step does before any position is processed (at `now`, its
+        start): admit its prompt from the queue, as the step would (see `Stretch.admits`)."""
+        if stretch.admits:
+            assert stretch.prefill is not None
+            self._admit(stretch.prefill, now, self._admission_reserve(stretch.prefill))
+
+    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[list[int], list[int], list[int], list[int]]:
+        """For step records, read before `apply_stretch`: decoders in each of the first
+        `num_steps` steps, and after each of them but the last, requests running, blocks in
+        use and resident tokens (the last step's come from the state after apply)."""
+        before = num_steps - 1
+        blocks, resident = self.bm.num_used_blocks, self.num_resident_tokens
+        num_running = len(self.running)
+        chunk = stretch.chunk
+        if not stretch.has_departures(num_steps):
+            added = self.bm.blocks_used_after_decode_steps(stretch.decode_ids, before, stretch.decode_firsts)
+            if stretch.prefill is not None:
+                rid = stretch.prefill.request_id
+                added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * chunk) for j, a in enumerate(added)]
+            tokens = len(stretch.decoders) + chunk
+            return ([len(stretch.decoders)] * num_steps, [num_running] * before, [blocks + a for a in added],
+                    list(range(resident + tokens, resident + tokens * num_steps, tokens)))
+        # Some decoders finish within the first `before` steps and release everything they hold.
+        assert stretch.remaining is not None and stretch.prefill is None
+        decodes = stretch.decodes_per_step(num_steps)
+        bs = self.bm.block_size
+        held = self.bm.num_table_blocks
+        block_change = [0] * (before + 1)
+        left = [0] * (before + 1)  # requests finished by each step
+        released = [0] * (before + 1)  # their resident tokens
+        survivors = []
+        for request, rid, first, steps_left in zip(stretch.decoders, stretch.decode_ids, stretch.decode_firsts,
+                                                   stretch.remaining):
+            if steps_left > before:
+                survivors.append(first)
+                continue
+            step = first
+            while step <= steps_left:
+                block_change[step] += 1
+                step += bs
+            block_change[steps_left] -= held[rid] + (steps_left - first) // bs + 1 if steps_left >= first \
+                else held[rid]
+            left[steps_left] += 1
+            released[steps_left] += request.num_processed + steps_left
+        grown = blocks_added_by_step(survivors, bs, before)
+        running_after, blocks_after, resident_after = [], [], []
+        net_blocks = num_left = num_released = tokens = 0
+        for j in range(1, before + 1):
+            net_blocks += block_change[j]
+            num_left += left[j]
+            num_released += released[j]
+            tokens += decodes[j - 1]
+            running_after.append(num_running - num_left)
+            blocks_after.append(blocks + grown[j - 1] + net_blocks)
+            resident_after.append(resident + tokens - num_released)
+        return decodes, running_after, blocks_after, resident_after
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
         num_steps = len(step_ends)
         running = stretch.decoders
-        self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else step_ends
         first, last = times[0], times[-1]
+        departures = stretch.has_departures(num_steps)
         if running:
             self.itl.add_gaps([first - t for t in map(last_token_of, running)])
-            self.itl.add_run(list(map(sub, times[1:], times[:-1])), len(running))
+            gaps = list(map(sub, times[1:], times[:-1]))
+            if departures:
+                at = 0
+                for steps, shape in stretch.runs(num_steps):
+                    # A span's first step follows the previous span's last: its gap is in `gaps`.
+                    span = gaps[max(at - 1, 0):at + steps - 1]
+                    if span:
+                        self.itl.add_run(span, shape.num_decodes)
+                    at += steps
+            else:
+                self.itl.add_run(gaps, len(running))
+        # Every decoder is advanced all the steps; one that finishes earlier is set back below.
+        # The blocks it is grown for the steps it does not take go back with the rest when it
+        # finishes (departures happen only where blocks are counts), and the plan counted them.
+        self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
         if self.bm.enable_prefix_caching:
             for request in running:
                 before = request.num_processed
@@ -135,17 +255,49 @@ class StretchMixin:
                 request.num_processed += num_steps
                 request.num_outputs += num_steps
                 request.last_token_s = last
-        done = []
-        if running and num_steps >= stretch.steps_to_finish:
-            done = [r for r in running if r.num_outputs >= r.num_target_outputs]
         self.num_resident_tokens += num_steps * len(running)
-        if stretch.prefill is not None:
-            processed = num_steps * stretch.chunk
-            self.bm.append(stretch.prefill.request_id, processed)
-            stretch.prefill.num_processed += processed
+        done = []
+        if departures:
+            done = self._settle_departures(stretch, times)
+        elif running and num_steps >= stretch.steps_to_finish:
+            done = [r for r in running if r.num_outputs >= r.num_target_outputs]
+        prefill = stretch.prefill
+        if prefill is not None:
+            completes = stretch.reaches_tail(num_steps)
+            processed = (num_steps - 1) * stretch.chunk + stretch.tail if completes else num_steps * stretch.chunk
+            self.bm.append(prefill.request_id, processed)
+            prefill.num_processed += processed
             self.num_resident_tokens += processed
+            if completes:
+                gaps = []
+                self._select_output(prefill, step_ends[-1], gaps)
+                if gaps:
+                    self.itl.add_gaps(gaps)
+                if prefill.is_finished:
+                    done.append(prefill)
         self.num_steps += num_steps
         self._after_decode_steps()
         for request in done:
-            self._finish(request, last)
+            self._finish(request, request.last_token_s)
+        return done
+
+    def _settle_departures(self, stretch: Stretch, times: list[float]) -> list[Request]:
+        """Set back the decoders that finished before the last of `times`' steps to where they
+        stopped; returns every finished decoder in step order (batch order within a step), as
+        stepping retires them."""
+        num_steps = len(times)
+        assert stretch.remaining is not None
+        ended = sorted((steps_left, index) for index, steps_left in enumerate(stretch.remaining)
+                       if steps_left <= num_steps)
+        decoders = stretch.decoders
+        done = []
+        for steps_left, index in ended:
+            request = decoders[index]
+            back = num_steps - steps_left
+            if back:
+                request.num_processed -= back
+                request.num_outputs -= back
+                request.last_token_s = times[steps_left - 1]
+                self.num_resident_tokens -= back
+            done.append(request)
         return done

@@ -37,8 +37,12 @@ class Policy(Protocol):
     def plan_stretch(self) -> Stretch | None:
         """The run of steps of one known shape certain to come next, if any (the fast path)."""
 
-    def stretch_blocks_added(self, stretch: Stretch, num_steps: int) -> list[int]:
-        """Blocks in use beyond today's after each of a stretch's first steps (step records)."""
+    def begin_stretch(self, stretch: Stretch, now: float) -> None:
+        """Before a stretch's steps are counted and applied: what its first step does first."""
+
+    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Step-record counts of a stretch's first steps: decoders in each, and after each but
+        the last, requests running, blocks in use and resident tokens."""
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete a stretch's first len(step_ends) steps at once; return requests that finished."""

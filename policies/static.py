@@ -46,6 +46,9 @@ class StaticPolicy(BasePolicy):
     def _may_admit_during_stretch(self) -> bool:
         return False  # newcomers wait for the whole group
 
+    def can_run_past_finishes(self) -> bool:
+        return not self.padded and super().can_run_past_finishes()  # padded rows keep their blocks
+
     def _decodes_all_fit(self, num_decodes: int) -> bool:
         return True  # a static group has no token budget
 

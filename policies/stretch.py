@@ -1,14 +1,17 @@
 """A run of steps whose shape is known in advance, so they can be taken at once (the fast path).
 
-Every step of a stretch processes one position for each of `decoders` (each selects a token)
-and, optionally, one `chunk` of a single prefilling request that does not finish its prompt
-within the stretch. Nothing arrives, is admitted, preempted or swapped meanwhile; the first
-finishes may happen in the last step.
+Every step of a stretch processes one position for each of `decoders` still running (each
+selects a token) and, optionally, one `chunk` of a single prefilling request that does not
+finish its prompt within the stretch. Nothing arrives, is admitted, preempted or swapped
+meanwhile. Decoders may finish: in the stretch's last step, or, when the stretch runs past
+finishes (`remaining` is given), in any step, after which the batch goes on without them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -18,8 +21,10 @@ from simcore.request import Request
 # Runs shorter than this are taken as single steps (a run's bookkeeping costs about one step's).
 MIN_RUN_STEPS = 2
 
+_num_processed_of = attrgetter("num_processed")
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(slots=True)
 class Stretch:
     num_steps: int  # most steps certain to keep this shape (the engine may take fewer)
     decoders: list[Request]
@@ -30,24 +35,109 @@ class Stretch:
     prefill: Request | None = None
     chunk: int = 0  # positions of `prefill` processed each step
     prefill_context: int = 0
+    # Size of the chunk that completes the prompt in the stretch's last step (num_steps), when
+    # the stretch reaches it; 0 when every step's chunk is `chunk` and selects nothing.
+    tail: int = 0
+    # Whether `prefill` heads the waiting queue and the first step admits it.
+    admits: bool = False
+    # Each decoder's steps until its last output (batch order), when the stretch may run past
+    # finishes; None when it ends at the first one.
+    remaining: list[int] | None = None
+    # The decoders' contexts when the stretch starts, when they are not those of `decoders` now
+    # (a stretch that follows another: see `then`).
+    decode_contexts: list[int] | None = None
+    # A decode-only stretch that follows this one's last step, planned from the state it leaves
+    # (the prompt completed by the tail decodes beside the others).
+    then: Stretch | None = None
+    # Departures in finish order, worked out when first needed.
+    _sorted: list[tuple[int, int]] | None = None
 
     @property
     def num_seqs(self) -> int:
         return len(self.decoders) + (1 if self.prefill is not None else 0)
 
-    def shapes(self) -> tuple:
-        """Per-step aggregates a cost model prices: tokens, sequences, selecting positions,
-        attention work sum q (2c + q), and KV positions touched (context + new)."""
-        n, q = len(self.decoders), self.chunk
-        j = np.arange(self.num_steps, dtype=np.int64)
-        decode_context = self.decode_context + j * n
-        prefill_context = self.prefill_context + j * q
-        num_tokens = n + q
-        # Decodes: sum (2c + 1); the chunk: q (2c + q).
-        attn_work = 2 * decode_context + n + q * (2 * prefill_context + q)
-        kv_positions = decode_context + prefill_context + num_tokens
-        return num_tokens, self.num_seqs, n, attn_work, kv_positions
+    def parts(self) -> list[Stretch]:
+        """This stretch and those that follow it, in order."""
+        parts = [self]
+        while parts[-1].then is not None:
+            parts.append(parts[-1].then)
+        return parts
+
+    def reaches_tail(self, num_steps: int) -> bool:
+        """Whether the first `num_steps` steps include the one that completes the prompt."""
+        return self.tail > 0 and num_steps == self.num_steps
+
+    def has_departures(self, num_steps: int) -> bool:
+        """Whether some decoder finishes before the last of the first `num_steps` steps."""
+        return self.remaining is not None and num_steps > self.steps_to_finish
+
+    def runs(self, num_steps: int | None = None) -> Iterator[tuple[int, RunShape]]:
+        """(steps, shape) pieces covering the first `num_steps` steps (all by default): one
+        shape, or one per span between finishes, since the batch shrinks after each."""
+        limit = self.num_steps if num_steps is None else num_steps
+        if self.reaches_tail(limit):
+            if limit > 1:
+                yield limit - 1, self.run_shape()
+            n, body = len(self.decoders), limit - 1
+            yield 1, RunShape(n, self.decode_context + body * n, self.tail, self.prefill_context + body * self.chunk,
+                              chunk_selects=True)
+            return
+        if not self.has_departures(limit):
+            yield limit, self.run_shape()
+            return
+        yield self.steps_to_finish, self.run_shape()
+        done = self.steps_to_finish  # steps yielded so far
+        num_active, context = len(self.decoders), self.decode_context
+        for finish_step, leaving_context in self._departures():
+            if finish_step > done:  # a span up to this finish with the batch as it is
+                steps = min(finish_step, limit) - done
+                yield steps, RunShape(num_active, context + done * num_active)
+                done += steps
+                if done >= limit:
+                    return
+            num_active -= 1
+            context -= leaving_context
+
+    def _departures(self) -> list[tuple[int, int]]:
+        """(finish step, context now) of every decoder, in finish order; worked out only when a
+        consumer reads past the first finish (most runs are cut earlier by an arrival)."""
+        if self._sorted is None:
+            assert self.remaining is not None
+            contexts = self.decode_contexts if self.decode_contexts is not None else map(_num_processed_of, self.decoders)
+            self._sorted = sorted(zip(self.remaining, contexts))
+        return self._sorted
+
+    def decodes_per_step(self, num_steps: int) -> list[int]:
+        """Decoders in each of the first `num_steps` steps."""
+        num_active = len(self.decoders)
+        if not self.has_departures(num_steps):
+            return [num_active] * num_steps
+        leaving = [0] * num_steps  # leaving[j]: decoders whose last step is step j (1-based)
+        for finish_step, _ in self._departures():
+            if finish_step >= num_steps:
+                break
+            leaving[finish_step] += 1
+        out = []
+        for count in leaving:
+            num_active -= count
+            out.append(num_active)
+        return out
 
     def run_shape(self) -> RunShape:
         """What a cost model needs to price the steps one at a time (`iter_step_times`)."""
         return RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context)
+
+
+def run_aggregates(shape: RunShape, num_steps: int) -> tuple:
+    """Per-step aggregates of `num_steps` steps of one shape, for a cost model that prices them
+    in bulk: tokens, sequences, selecting positions (the same each step), attention work
+    sum q (2c + q) and KV positions touched (context + new) (arrays)."""
+    n, q = shape.num_decodes, shape.chunk
+    j = np.arange(num_steps, dtype=np.int64)
+    decode_context = shape.decode_context + j * n
+    prefill_context = shape.prefill_context + j * q
+    num_tokens = n + q
+    # Decodes: sum (2c + 1); the chunk: q (2c + q).
+    attn_work = 2 * decode_context + n + q * (2 * prefill_context + q)
+    kv_positions = decode_context + prefill_context + num_tokens
+    return num_tokens, shape.num_seqs, shape.num_selecting, attn_work, kv_positions

@@ -10,7 +10,7 @@ to `BlockManager` (tested); the runner picks it automatically.
 from __future__ import annotations
 
 from itertools import repeat
-from operator import add, mul, sub
+from operator import sub
 
 from simcore.block_manager import PrefixHit
 from simcore.decode_blocks import BlockArithmetic, max_steps_within
@@ -27,7 +27,9 @@ class BlockCounter(BlockArithmetic):
         super().__init__(num_blocks, block_size)
         self._free = num_blocks
         self.num_table_blocks: dict[int, int] = {}
-        self.num_positions: dict[int, int] = {}
+        # Per request, the decode step that first needs a new block: free slots in its blocks + 1.
+        # Kept instead of the stored positions because decode runs read and advance it.
+        self._first_new: dict[int, int] = {}
         # No block is ever shared, so no reference is ever revived: an empty mapping suffices.
         self.ref_counts: dict[int, int] = {}
 
@@ -35,10 +37,15 @@ class BlockCounter(BlockArithmetic):
     def num_free_blocks(self) -> int:
         return self._free
 
+    @property
+    def num_positions(self) -> dict[int, int]:
+        """Positions each request stores (derived: a copy, for checks and reports)."""
+        bs = self.block_size
+        return {rid: held * bs - self._first_new[rid] + 1 for rid, held in self.num_table_blocks.items()}
+
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
-        after = self.num_positions.get(request_id, 0) + num_new_positions
-        need = self.blocks_for(after) - self.num_table_blocks.get(request_id, 0)
-        return need if need > 0 else 0
+        beyond = num_new_positions - self._first_new.get(request_id, 1) + 1  # positions past the free slots
+        return -(-beyond // self.block_size) if beyond > 0 else 0
 
     def lookup_prefix(self, hashes, contents, root=()) -> PrefixHit:  # noqa: ANN001
         return PrefixHit((), ())
@@ -51,7 +58,7 @@ class BlockCounter(BlockArithmetic):
             raise MemoryError(f"request {request_id}: needs {need} blocks, {self._free} free")
         self._free -= need
         self.num_table_blocks[request_id] = need
-        self.num_positions[request_id] = 0
+        self._first_new[request_id] = need * self.block_size + 1
 
     def append(self, request_id: int, num_new_positions: int) -> list[tuple[int, int]]:
         if num_new_positions <= 0:
@@ -61,12 +68,12 @@ class BlockCounter(BlockArithmetic):
             raise MemoryError(f"request {request_id}: needs {need} blocks, {self._free} free")
         self._free -= need
         self.num_table_blocks[request_id] += need
-        self.num_positions[request_id] += num_new_positions
+        self._first_new[request_id] += need * self.block_size - num_new_positions
         return []
 
     def free(self, request_id: int) -> None:
         held = self.num_table_blocks.pop(request_id, None)
-        self.num_positions.pop(request_id, None)
+        self._first_new.pop(request_id, None)
         if held is not None:
             self._free += held
 
@@ -80,27 +87,29 @@ class BlockCounter(BlockArithmetic):
 
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
-        capacity = map(mul, map(self.num_table_blocks.__getitem__, request_ids), repeat(self.block_size))
-        return list(map(add, map(sub, capacity, map(self.num_positions.__getitem__, request_ids)), repeat(1)))
+        return list(map(self._first_new.__getitem__, request_ids))
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None) -> None:
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
         bs = self.block_size
-        needs = [(rid, (num_steps - first) // bs + 1) for rid, first in zip(request_ids, firsts) if first <= num_steps]
-        taken = sum(need for _, need in needs)
+        growing = [(rid, (num_steps - first) // bs + 1) for rid, first in zip(request_ids, firsts) if first <= num_steps]
+        taken = sum(need for _, need in growing)
         if taken > self._free:
             raise MemoryError(f"decode steps need {taken} blocks, {self._free} free")
         self._free -= taken
-        tables, positions = self.num_table_blocks, self.num_positions
-        for rid, need in needs:
+        first_new, tables = self._first_new, self.num_table_blocks
+        first_new.update(zip(request_ids, map(sub, firsts, repeat(num_steps))))
+        for rid, need in growing:
             tables[rid] += need
-        positions.update(zip(request_ids, map(add, map(positions.__getitem__, request_ids), repeat(num_steps))))
+            first_new[rid] += need * bs
 
     def check(self) -> None:
         held = sum(self.num_table_blocks.values())
         if held + self._free != self.num_blocks:
             raise AssertionError(f"block accounting does not add up: {held} held + {self._free} free")
         for rid, num in self.num_table_blocks.items():
-            if num < self.blocks_for(self.num_positions[rid]):
-                raise AssertionError(f"request {rid}: {num} blocks cannot hold {self.num_positions[rid]} positions")
+            first = self._first_new[rid]
+            if not 1 <= first <= num * self.block_size + 1:
+                raise AssertionError(f"request {rid}: {num} blocks cannot hold "
+                                     f"{num * self.block_size - first + 1} positions")

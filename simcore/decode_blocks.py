@@ -12,6 +12,15 @@ def first_new_block_step(capacity: int, stored: int) -> int:
     return capacity - stored + 1
 
 
+def after_storing(first: int, num_positions: int, block_size: int) -> tuple[int, int]:
+    """(new blocks taken, next first-new-block step) once a request whose next new block comes
+    at step `first` stores `num_positions` more positions (a decode stores one a step)."""
+    if first > num_positions:
+        return 0, first - num_positions
+    need = (num_positions - first) // block_size + 1
+    return need, first - num_positions + need * block_size
+
+
 def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) -> int:
     """Most steps (<= limit) whose new blocks, for requests first needing one at `firsts`, fit in `free`."""
     if len(firsts) * (limit // block_size + 1) <= free:

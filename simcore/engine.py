@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ import simpy
 
 from backends.base import CostModel, step_extras
 from policies.protocol import Policy
-from policies.stretch import MIN_RUN_STEPS
+from policies.stretch import MIN_RUN_STEPS, run_aggregates
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.request import Request, Status
@@ -110,6 +110,9 @@ def simulate(
     num_timed = len(timed)
     if hasattr(policy, "group_decodes"):  # a representation choice only: see RunLimits.fast_forward
         policy.group_decodes = limits.fast_forward
+    if hasattr(policy, "run_past_finishes"):
+        # A finish releases follow-up turns, whose arrivals must bound the run: only without them.
+        policy.run_past_finishes = fast and not children
 
     def next_arrival() -> tuple[float, bool]:
         """When the next request arrives, and whether it is a follow-up turn (at a tie, the
@@ -150,21 +153,27 @@ def simulate(
             on_finished(batch)
 
     def stretch():  # noqa: ANN202
-        """Take a run of steps of one known shape at once; returns the number taken (0 if none)."""
+        """Take a run of steps of known shapes at once; returns the number taken (0 if none)."""
         plan = policy.plan_stretch()
-        if plan is None or plan.num_steps < MIN_RUN_STEPS:
+        if plan is None:
+            return 0
+        parts = plan.parts()
+        num_planned = sum(part.num_steps for part in parts)
+        if num_planned < MIN_RUN_STEPS:
             return 0
         start = state["now"]
+        runs = (run for part in parts for run in part.runs())
         if priced_one_by_one is not None:
-            durations = priced_one_by_one(plan.run_shape())
+            durations = chain.from_iterable(islice(priced_one_by_one(shape), steps) for steps, shape in runs)
         else:
-            durations = np.broadcast_to(bulk(*plan.shapes()), (plan.num_steps,)).tolist()
+            durations = [duration for steps, shape in runs
+                         for duration in np.broadcast_to(bulk(*run_aggregates(shape, steps)), (steps,)).tolist()]
         # Step ends by repeated addition, exactly as the clock advances one step at a time.
         ends = []
         taken = []
         clock = start
         arrival = next_arrival()[0]
-        for duration in islice(durations, plan.num_steps):
+        for duration in islice(durations, num_planned):
             if clock >= arrival:
                 break  # this step would start after an arrival: the policy must see it first
             if not 0 < duration < math.inf:
@@ -178,43 +187,55 @@ def simulate(
         num_steps = len(ends)
         if num_steps < MIN_RUN_STEPS:
             return 0
-        num_decodes, chunk = len(plan.decoders), plan.chunk
-        num_running, num_swapped = len(policy.running), len(policy.swapped)
-        num_waiting_before = len(policy.waiting)
-        blocks_before, resident = policy.bm.num_used_blocks, policy.num_resident_tokens
-        shared_before = policy.bm.num_shared_blocks
-        first_step = policy.num_steps
-        added = policy.stretch_blocks_added(plan, num_steps - 1)
         yield from _wait_until(env, ends[-1])
         state["now"] = ends[-1]
-        done = policy.apply_stretch(plan, ends)
+        offset = 0
+        for part in parts:
+            count = min(part.num_steps, num_steps - offset)
+            if count <= 0:
+                break
+            apply_part(part, [start, *ends[:-1]][offset:offset + count], ends[offset:offset + count],
+                       taken[offset:offset + count])
+            offset += count
+        flush()
+        state["events"] += 1
+        if limits.check_invariants:
+            policy.check()
+        return num_steps
+
+    def apply_part(part, starts: list[float], ends: list[float], taken: list[float]) -> None:  # noqa: ANN001
+        """Complete one part of a stretch and record its steps."""
+        num_steps = len(ends)
+        policy.begin_stretch(part, starts[0])
+        chunk = part.chunk
+        completes = part.reaches_tail(num_steps)  # its last step completes the prompt
+        num_swapped = len(policy.swapped)
+        num_waiting_before = len(policy.waiting)
+        shared_before = policy.bm.num_shared_blocks
+        first_step = policy.num_steps
+        decodes, running_after, blocks_after, resident_after = policy.stretch_step_counts(part, num_steps)
+        done = policy.apply_stretch(part, ends)
         if children:
             for request in done:
                 release_children(request, ends[-1])
-        flush()
-        starts = [start, *ends[:-1]]
         host_used = policy.host.num_used_blocks if policy.host is not None else 0
-        tokens = num_decodes + chunk
         same = num_steps - 1
         # Every step but the last shows the state before the run; the last one saw any finishes
         # (arrivals during it join after it, as for any step).
         log.extend_columns((
             range(first_step, first_step + num_steps), starts, taken,
-            repeat(plan.num_seqs, num_steps), repeat(chunk, num_steps), repeat(num_decodes, num_steps),
-            repeat(num_decodes, num_steps),
-            [*repeat(num_running, same), len(policy.running)],
+            [n + 1 for n in decodes] if part.prefill is not None else decodes,
+            [*repeat(chunk, same), part.tail] if completes else repeat(chunk, num_steps),
+            decodes, [*decodes[:-1], decodes[-1] + 1] if completes else decodes,
+            [*running_after, len(policy.running)],
             [*repeat(num_waiting_before, same), len(policy.waiting)],
             repeat(num_swapped, num_steps),
-            [*(blocks_before + a for a in added), policy.bm.num_used_blocks],
+            [*blocks_after, policy.bm.num_used_blocks],
             [*repeat(shared_before, same), policy.bm.num_shared_blocks],
             repeat(host_used, num_steps),
-            [*range(resident + tokens, resident + tokens * num_steps, tokens), policy.num_resident_tokens],
+            [*resident_after, policy.num_resident_tokens],
             *(repeat(0, num_steps) for _ in range(4)),
         ))
-        state["events"] += 1
-        if limits.check_invariants:
-            policy.check()
-        return num_steps
 
     def end_at_horizon() -> None:
         state["end"] = "max_sim_time"

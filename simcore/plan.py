@@ -46,18 +46,24 @@ class RunShape(NamedTuple):
 
     Step j (from 0) decodes `num_decodes` requests whose contexts total decode_context +
     j * num_decodes (each processes one position and selects a token) and, if chunk > 0,
-    processes `chunk` positions of one prompt on a context of prefill_context + j * chunk
-    (selecting nothing: the prompt is not done within the run).
+    processes `chunk` positions of one prompt on a context of prefill_context + j * chunk.
+    The chunk selects a token only if `chunk_selects` (it completes the prompt: a run of one
+    step); otherwise the prompt is not done within the run.
     """
 
     num_decodes: int
     decode_context: int
     chunk: int = 0
     prefill_context: int = 0
+    chunk_selects: bool = False
 
     @property
     def num_seqs(self) -> int:
         return self.num_decodes + (1 if self.chunk else 0)
+
+    @property
+    def num_selecting(self) -> int:
+        return self.num_decodes + (1 if self.chunk_selects else 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ def test_invariant_checker_catches_corrupted_accounting(prefix_caching):
         steps["n"] += 1
         if steps["n"] == 3:
             request = policy.running[0]
-            policy.bm.num_positions[request.request_id] += 1
+            policy.bm.append(request.request_id, 1)  # one more position stored than processed
 
     requests = [req(i, 0.0, 8, 6) for i in range(4)]
     with pytest.raises(AssertionError, match="stores"):

@@ -130,7 +130,20 @@ def test_mixed_stretches_are_planned_and_match():
     _, now = drive(policy, now)  # request 1 admitted with its first chunk beside request 0's decode
     stretch = policy.plan_stretch()
     assert stretch is not None and stretch.prefill.request_id == 1 and stretch.chunk == 16
-    assert stretch.num_steps == (300 - 16 - 1) // 16  # every chunk but the one completing the prompt
+    pending = 300 - 16
+    # Every chunk, and, with nothing waiting, the shorter one completing the prompt (the tail).
+    assert stretch.num_steps == (pending - 1) // 16 + 1 and stretch.tail == pending - (pending - 1) // 16 * 16
+
+    # A waiting request could join the last chunk's step (here the chunks fill the budget, so
+    # only that step has room): the stretch stops before it.
+    policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16, max_num_batched_tokens=17)
+    policy.add(req(0, 0.0, 8, 50), 0.0)
+    _, now = drive(policy)
+    policy.add(req(1, now, 300, 5), now)
+    _, now = drive(policy, now)
+    policy.add(req(2, now, 40, 5), now)
+    stretch = policy.plan_stretch()
+    assert stretch is not None and stretch.num_steps == (pending - 1) // 16 and stretch.tail == 0
 
     requests = [req(i, 0.05 * i, 120, 30) for i in range(8)]  # fits the 64 x 4 positions of run_both
     cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
@@ -166,7 +179,8 @@ def test_fast_path_plans_decodes_as_groups_and_the_step_path_does_not():
             seen[fast].append(plan.decodes is not None)
             return super().step_time(plan)
 
-    requests = [req(i, 0.05 * i, 40, 30) for i in range(8)]
+    # Arrivals in pairs: two prompts share steps, which no stretch plans, so single steps remain.
+    requests = [req(i, 0.05 * (i // 2), 40, 30) for i in range(8)]
     for fast in (False, True):
         policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16,
                              max_num_batched_tokens=64)

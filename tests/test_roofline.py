@@ -241,7 +241,7 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
                                         split_seed):
     from itertools import islice
 
-    from policies.stretch import Stretch
+    from policies.stretch import Stretch, run_aggregates
     from simcore.plan import DecodeGroup, StepSeqs
 
     if num_decodes == 0 and chunk == 0:
@@ -254,7 +254,7 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
     stretch = Stretch(num_steps, [None] * num_decodes, list(range(num_decodes)), [], sum(contexts), num_steps,
                       object() if chunk else None, chunk, prefill_context)
     one_by_one = list(islice(model.iter_step_times(stretch.run_shape()), num_steps))
-    in_bulk = model.aggregate_step_times(*stretch.shapes()).tolist()
+    in_bulk = model.aggregate_step_times(*run_aggregates(stretch.run_shape(), num_steps)).tolist()
     assert one_by_one == in_bulk
     prompt = 1
     for k in (0, num_steps - 1):
