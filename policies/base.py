@@ -176,15 +176,21 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         gaps.extend([delivered - t for t in map(last_token_of, requests)])
         caching = self.bm.enable_prefix_caching
         preempted = self._preempted_at
-        for request in requests:
-            before = request.num_processed
-            request.num_processed = before + 1
-            request.num_outputs += 1
-            request.last_token_s = delivered
-            if caching:
-                self._register_full_blocks(request, before)
-            if preempted and request.request_id in preempted:
-                self._note_resumed(request, now)
+        if caching or preempted:
+            for request in requests:
+                before = request.num_processed
+                request.num_processed = before + 1
+                request.num_outputs += 1
+                request.last_token_s = delivered
+                if caching:
+                    self._register_full_blocks(request, before)
+                if preempted and request.request_id in preempted:
+                    self._note_resumed(request, now)
+        else:
+            for request in requests:
+                request.num_processed += 1
+                request.num_outputs += 1
+                request.last_token_s = delivered
         self.num_resident_tokens += len(requests)
         if steps_to_first_finish(requests) <= 0:
             done.extend(r for r in requests if r.num_outputs >= r.num_target_outputs)

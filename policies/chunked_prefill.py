@@ -34,10 +34,13 @@ class ChunkedPrefillPolicy(BasePolicy):
         if self.order == "alternate":
             self._fill_alternate(budget, now)
             return
-        self._run_decodes(budget)
+        decoding, prefilling = [], []
+        for request in self.running:
+            (prefilling if request.is_prefilling else decoding).append(request)
+        self._run_decodes(budget, decoding)
         if not self._plan.preempted:  # type: ignore[union-attr]
             self._resume_swapped(budget)
-        self._run_prefill_chunks(budget, now)
+        self._run_prefill_chunks(budget, now, prefilling)
 
     def _fill_alternate(self, budget: StepBudget, now: float) -> None:
         has_decodes = any(not r.is_prefilling for r in self.running)
@@ -52,12 +55,18 @@ class ChunkedPrefillPolicy(BasePolicy):
             self._resume_swapped(budget)
         self._last_was_prefill = False
 
-    def _run_decodes(self, budget: StepBudget) -> None:
+    def _run_decodes(self, budget: StepBudget, decoding: list[Request] | None = None) -> None:
+        """Every running request that is not prefilling (given, or picked from the batch)."""
+        if decoding is None:
+            decoding = [r for r in self.running if not r.is_prefilling]
         # Not prefilling means exactly the newest output is pending: decoding, by definition.
-        self._schedule_decodes([r for r in self.running if not r.is_prefilling], budget, all_decoding=True)
+        self._schedule_decodes(decoding, budget, all_decoding=True)
 
-    def _run_prefill_chunks(self, budget: StepBudget, now: float) -> None:
-        for request in [r for r in self.running if r.is_prefilling]:
+    def _run_prefill_chunks(self, budget: StepBudget, now: float, prefilling: list[Request] | None = None) -> None:
+        """Next chunks of prompts in progress (given, or picked from the batch), then admissions."""
+        if prefilling is None:
+            prefilling = [r for r in self.running if r.is_prefilling]
+        for request in prefilling:
             if budget.is_spent:
                 return
             if request.status is Status.RUNNING and not self._is_scheduled(request):

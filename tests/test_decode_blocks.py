@@ -34,3 +34,24 @@ def test_max_steps_within_is_the_most_steps_that_fit(block_size, firsts, free, l
 def test_blocks_added_by_step_counts_each_step(block_size, firsts, num_steps):
     added = blocks_added_by_step(firsts, block_size, num_steps)
     assert added == [_needed(firsts, block_size, k) for k in range(1, num_steps + 1)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(block_size=st.integers(1, 20), held=st.integers(0, 6), stored=st.integers(0, 120),
+       num_positions=st.integers(0, 90))
+def test_after_storing_matches_a_block_counter(block_size, held, stored, num_positions):
+    """The blocks and next new-block step `after_storing` predicts are those a BlockCounter
+    reaches by appending the positions one at a time."""
+    from simcore.block_counter import BlockCounter
+    from simcore.decode_blocks import after_storing
+
+    bm = BlockCounter(10_000, block_size)
+    bm.allocate(0, held * block_size)
+    bm.append(0, stored)
+    (first,) = bm.first_new_block_steps([0])
+    free = bm.num_free_blocks
+    for _ in range(num_positions):
+        bm.append(0, 1)
+    assert after_storing(first, num_positions, block_size) == (free - bm.num_free_blocks,
+                                                                 bm.first_new_block_steps([0])[0])
+    assert bm.num_positions == {0: stored + num_positions}

@@ -214,3 +214,55 @@ def test_fast_path_matches_step_by_step_on_random_workloads(seed, config, cachin
     pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
     pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
     assert frames[0][2] == frames[1][2]
+
+
+def _spy_parts(monkeypatch):
+    """Record every stretch part the engine applies, with the steps it took of it."""
+    from policies.fast_path import StretchMixin
+
+    applied = []
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        applied.append((stretch, len(step_ends)))
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    return applied
+
+
+@pytest.mark.parametrize("name,opts", [("continuous", {}), ("chunked_prefill", {"chunk_size": 16})])
+def test_stretches_run_past_finishes_and_match(monkeypatch, name, opts):
+    """Without follow-up turns, a run goes on after some of its decoders finish (the batch
+    shrinks), and the tables still equal stepping's."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    requests = workload(11, content=False)
+    (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = run_both(
+        requests, name, opts, cost=cost, caching=False)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
+    assert _expanded(slow.itl) == _expanded(fast.itl)
+    assert any(stretch.has_departures(taken) for stretch, taken in applied)
+    assert fast.num_events < slow.num_events
+
+
+def test_chunked_stretches_admit_complete_the_prompt_and_decode_on(monkeypatch):
+    """A chunked-prefill run can admit the waiting prompt in its first step, take its last
+    chunk (which selects its first output), and go on decoding it beside the others."""
+    applied = _spy_parts(monkeypatch)
+    requests = [req(0, 0.0, 8, 60), req(1, 0.05, 70, 30)]
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    (_, slow_requests, slow_steps), (_, fast_requests, fast_steps) = run_both(
+        requests, "chunked_prefill", {"chunk_size": 16}, cost=cost, caching=False)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
+    (second,) = [stretch for stretch, _ in applied if stretch.admits and stretch.prefill.request_id == 1]
+    assert len(second.decoders) == 1 and second.chunk == 16  # request 0 decodes beside its chunks
+    assert second.tail == 70 - 4 * 16 and second.then is not None
+    assert any(stretch is second.then for stretch, _ in applied)  # the decodes after it ran
+    assert fast_requests.loc[1, "first_token_s"] == slow_requests.loc[1, "first_token_s"]
