@@ -89,8 +89,10 @@ class ChunkedPrefillPolicy(BasePolicy):
         a chunk of q = min(chunk_size, budget - decodes) of that prompt. Until its last chunk the
         shape is fixed, so those steps are certain too when nothing can be admitted beside them;
         with nothing waiting, so is the step of the last chunk (the stretch's `tail`), which
-        selects the prompt's first output. Only where block ids carry no meaning (no prefix
-        cache, no host tier).
+        selects the prompt's first output, and the decodes that follow with that request among
+        them (`then`). When every running request decodes, the same holds from the step that
+        admits the head of the queue (`admits`). Only where block ids carry no meaning (no
+        prefix cache, no host tier).
         """
         stretch = super().plan_stretch()
         if stretch is not None or self.order != "stall_free" or self.swapped:

@@ -65,19 +65,21 @@ class StretchMixin:
             return None
         if self.waiting and self._may_admit_during_stretch():
             return None
-        if not self._all_decoding(running):
+        # Each column read once: what the decoding check needs, the stretch needs too.
+        outputs = list(map(num_outputs_of, running))
+        context = sum(map(num_processed_of, running))
+        if not self._all_decoding(running, outputs, context):
             return None
         ids = request_ids(running)
         firsts = self.bm.first_new_block_steps(ids)
-        remaining = list(map(sub, map(num_target_of, running), map(num_outputs_of, running)))
+        remaining = list(map(sub, map(num_target_of, running), outputs))
         to_finish = min(remaining)
         if self.run_past_finishes and not self.waiting and self.can_run_past_finishes():
             # Blocks are counted as if finished requests kept growing: never more than stepping needs.
             num_steps = self.bm.max_decode_steps(ids, max(remaining), firsts)
         else:
             num_steps, remaining = self.bm.max_decode_steps(ids, to_finish, firsts), None
-        return Stretch(num_steps, list(running), ids, firsts, sum(map(num_processed_of, running)), to_finish,
-                       remaining=remaining)
+        return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining)
 
     def can_run_past_finishes(self) -> bool:
         """Whether a finish changes nothing for the requests still running but the batch size:
@@ -85,18 +87,24 @@ class StretchMixin:
         releases them at once."""
         return not self.bm.tracks_block_ids and self.host is None
 
-    def _all_decoding(self, requests: list[Request]) -> bool:
-        """Whether each request has its prompt done and exactly its newest output to process."""
+    def _all_decoding(self, requests: list[Request], outputs: list[int] | None = None,
+                      num_processed: int | None = None) -> bool:
+        """Whether each request has its prompt done and exactly its newest output to process.
+        `outputs` (their output counts) and `num_processed` (their processed total) when the
+        caller has them."""
         if not requests:
             return True
         if self._preempted_at and not self._preempted_at.keys().isdisjoint(map(request_id_of, requests)):
             return False
-        if min(map(num_outputs_of, requests)) == 0:
+        if outputs is None:
+            outputs = list(map(num_outputs_of, requests))
+        if min(outputs) == 0:
             return False
+        if num_processed is None:
+            num_processed = sum(map(num_processed_of, requests))
         # A running request always has at least one position pending (checked by `check`), so
         # all have exactly one when the pending positions add up to one each.
-        pending = sum(map(prompt_len_of, requests)) + sum(map(num_outputs_of, requests)) - sum(map(num_processed_of, requests))
-        return pending == len(requests)
+        return sum(map(prompt_len_of, requests)) + sum(outputs) - num_processed == len(requests)
 
     def _decodes_all_fit(self, num_decodes: int) -> bool:
         """Whether one step's budget always schedules every running decode."""
@@ -131,29 +139,29 @@ class StretchMixin:
         decoders, none of which finished. Planned from the state the stretch leaves."""
         num_steps, prompt, bs = stretch.num_steps, stretch.prefill, self.bm.block_size
         assert prompt is not None
-        ran = stretch.decoders
-        moves = [(first, num_steps) for first in stretch.decode_firsts]
+        decoders, firsts, taken = stretch.decoders, [], 0
+        for first in stretch.decode_firsts:
+            need, after = after_storing(first, num_steps, bs)
+            taken += need
+            firsts.append(after)
         if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
             reserved = self.bm.blocks_for(self._admission_reserve(prompt))
             prompt_first = reserved * bs + 1
         else:
             reserved, prompt_first = 0, self.bm.first_new_block_steps([prompt.request_id])[0]
-        moves.append((prompt_first, pending))
-        taken, firsts = reserved, []
-        for first, num_positions in moves:
-            need, after = after_storing(first, num_positions, bs)
-            taken += need
-            firsts.append(after)
-        remaining = [r - num_steps for r in map(sub, map(num_target_of, ran), map(num_outputs_of, ran))]
+        need, after = after_storing(prompt_first, pending, bs)
+        taken += reserved + need
+        firsts.append(after)
+        remaining = [r - num_steps for r in map(sub, map(num_target_of, decoders), map(num_outputs_of, decoders))]
+        contexts = [c + num_steps for c in map(num_processed_of, decoders)]
         remaining.append(prompt.num_target_outputs - 1)
-        contexts = [c + num_steps for c in map(num_processed_of, ran)]
         contexts.append(prompt.num_processed + pending)
         to_finish = min(remaining)
         past = self.run_past_finishes and self.can_run_past_finishes()
         limit = max_steps_within(firsts, bs, self.bm.num_free_blocks - taken, max(remaining) if past else to_finish)
         if limit < 1 or not self._decodes_all_fit(len(firsts)):
             return None
-        return Stretch(limit, [*ran, prompt], [*stretch.decode_ids, prompt.request_id], firsts, sum(contexts),
+        return Stretch(limit, [*decoders, prompt], [*stretch.decode_ids, prompt.request_id], firsts, sum(contexts),
                        to_finish, remaining=remaining if past else None, decode_contexts=contexts)
 
     def _admission_reserve(self, request: Request) -> int:

@@ -1,10 +1,11 @@
 """A run of steps whose shape is known in advance, so they can be taken at once (the fast path).
 
 Every step of a stretch processes one position for each of `decoders` still running (each
-selects a token) and, optionally, one `chunk` of a single prefilling request that does not
-finish its prompt within the stretch. Nothing arrives, is admitted, preempted or swapped
-meanwhile. Decoders may finish: in the stretch's last step, or, when the stretch runs past
-finishes (`remaining` is given), in any step, after which the batch goes on without them.
+selects a token) and, optionally, one `chunk` of a single prompt, which may be admitted by the
+first step (`admits`) and completed by the last (`tail`). Nothing else arrives, is admitted,
+preempted or swapped meanwhile. Decoders may finish: in the stretch's last step, or, when the
+stretch runs past finishes (`remaining` is given), in any step, after which the batch goes on
+without them. A stretch may be followed by another (`then`): the engine takes them as one run.
 """
 
 from __future__ import annotations

@@ -209,6 +209,20 @@ def simulate(
         policy.begin_stretch(part, starts[0])
         chunk = part.chunk
         completes = part.reaches_tail(num_steps)  # its last step completes the prompt
+        if num_steps == 1:  # one step (a prefill step before decodes): one row, as a single step's
+            first_step = policy.num_steps
+            done = policy.apply_stretch(part, ends)
+            if children:
+                for request in done:
+                    release_children(request, ends[-1])
+            num_decodes = len(part.decoders)
+            log.append((
+                first_step, starts[0], taken[0], part.num_seqs, part.tail if completes else chunk, num_decodes,
+                num_decodes + completes, len(policy.running), len(policy.waiting), len(policy.swapped),
+                policy.bm.num_used_blocks, policy.bm.num_shared_blocks,
+                policy.host.num_used_blocks if policy.host is not None else 0, policy.num_resident_tokens, 0, 0, 0, 0,
+            ))
+            return
         num_swapped = len(policy.swapped)
         num_waiting_before = len(policy.waiting)
         shared_before = policy.bm.num_shared_blocks

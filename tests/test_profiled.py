@@ -222,8 +222,9 @@ def test_tables_without_the_continuation_column_derive_it(tmp_path):
 
 
 def test_runs_priced_one_step_at_a_time_equal_step_time():
-    """The fast path's pricing of a run (decodes, optionally beside a prompt's chunk) equals
-    step_time on the plans it stands for, bit for bit, with decodes as seqs or as a group."""
+    """The fast path's pricing of a run (decodes, optionally beside a prompt's chunk, which may
+    complete the prompt) equals step_time on the plans it stands for, bit for bit, with decodes
+    as seqs or as a group."""
     from itertools import islice
 
     from simcore.plan import DecodeGroup, RunShape, StepSeqs
@@ -235,11 +236,15 @@ def test_runs_priced_one_step_at_a_time_equal_step_time():
         chunk = int(rng.integers(0 if n else 1, 300))
         contexts = rng.integers(1, 2000, size=n).tolist()
         prefill_context = int(rng.integers(0, 3000)) if chunk else 0
-        steps = int(rng.integers(1, 12))
-        times = list(islice(model.iter_step_times(RunShape(n, sum(contexts), chunk, prefill_context)), steps))
+        # A chunk that completes its prompt selects a token: a run of one step (a stretch's tail).
+        selects = bool(chunk) and bool(rng.integers(0, 2))
+        steps = 1 if selects else int(rng.integers(1, 12))
+        shape = RunShape(n, sum(contexts), chunk, prefill_context, chunk_selects=selects)
+        times = list(islice(model.iter_step_times(shape), steps))
         for j in (0, steps - 1):
             decodes = [ScheduledSeq(i, 1, c + j, True, 1) for i, c in enumerate(contexts)]
-            prefill = [ScheduledSeq(n, chunk, prefill_context + j * chunk, False, 10**6)] if chunk else []
+            prompt_len = prefill_context + chunk if selects else 10**6
+            prefill = [ScheduledSeq(n, chunk, prefill_context + j * chunk, selects, prompt_len)] if chunk else []
             assert model.step_time(StepPlan(j, tuple(decodes + prefill))) == times[j]
             if decodes:
                 group = DecodeGroup(tuple(range(n)), tuple(c + j for c in contexts), (1,) * n,

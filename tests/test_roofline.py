@@ -236,13 +236,13 @@ def test_decode_fast_path_rejects_nonsense():
 @settings(max_examples=60, deadline=None)
 @given(model_index=st.integers(0, len(MODELS) - 1), num_decodes=st.integers(0, 200),
        per_seq=st.integers(1, 50_000), chunk=st.integers(0, 600), prefill_context=st.integers(0, 30_000),
-       num_steps=st.integers(2, 30), split_seed=st.integers(0, 2**31))
+       num_steps=st.integers(2, 30), split_seed=st.integers(0, 2**31), tail=st.booleans())
 def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk, prefill_context, num_steps,
-                                        split_seed):
+                                        split_seed, tail):
     from itertools import islice
 
     from policies.stretch import Stretch, run_aggregates
-    from simcore.plan import DecodeGroup, StepSeqs
+    from simcore.plan import DecodeGroup, RunShape, StepSeqs
 
     if num_decodes == 0 and chunk == 0:
         chunk = 1
@@ -256,6 +256,14 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
     one_by_one = list(islice(model.iter_step_times(stretch.run_shape()), num_steps))
     in_bulk = model.aggregate_step_times(*run_aggregates(stretch.run_shape(), num_steps)).tolist()
     assert one_by_one == in_bulk
+    if chunk and tail:
+        # The prompt's last chunk selects its first output: one step of its own shape.
+        last = RunShape(num_decodes, sum(contexts), chunk, prefill_context, chunk_selects=True)
+        (priced,) = islice(model.iter_step_times(last), 1)
+        assert priced == model.aggregate_step_times(*run_aggregates(last, 1)).tolist()[0]
+        decodes = [_seq(i, 1, c, True, prompt=1) for i, c in enumerate(contexts)]
+        completing = _seq(num_decodes, chunk, prefill_context, True, prompt=prefill_context + chunk)
+        assert model.step_time(StepPlan(0, tuple(decodes + [completing]))) == priced
     prompt = 1
     for k in (0, num_steps - 1):
         decodes = [_seq(i, 1, c + k, True, prompt=prompt) for i, c in enumerate(contexts)]
