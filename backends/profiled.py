@@ -401,8 +401,9 @@ class ProfiledCostModel:
         row["num_seqs"] = float(shape.num_seqs)
         row["num_decode_tokens"] = float(n)
         row["num_selecting"] = float(shape.num_selecting)
-        row["num_prefill_tokens"] = float(q)
-        row["sum_prefill_causal"] = q * (q + 1) / 2
+        fresh = shape.new_chunk  # a new prompt's chunk on no context (one-step runs only)
+        row["num_prefill_tokens"] = float(q + fresh)
+        row["sum_prefill_causal"] = q * (q + 1) / 2 + fresh * (fresh + 1) / 2
         decode_context, prefill_context = shape.decode_context, shape.prefill_context
         while True:
             row["sum_decode_context"] = float(decode_context)

@@ -165,14 +165,15 @@ class RooflineCostModel:
     def iter_step_times(self, shape: RunShape) -> Iterator[float]:
         """Times of a run's successive steps, bit-equal to step_time: the fast path's pricing, one
         step at a time so that a run cut short by an arrival prices only the steps it takes."""
-        n, q = shape.num_decodes, shape.chunk
-        # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly.
-        attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q)
+        n, q, fresh = shape.num_decodes, shape.chunk, shape.new_chunk
+        # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A new
+        # prompt's chunk (one-step runs only) adds q^2 on no context.
+        attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q) + fresh * fresh
         attn_step = 2 * n + 2 * q * q
-        kv_positions = shape.decode_context + shape.prefill_context + n + q
+        kv_positions = shape.decode_context + shape.prefill_context + n + q + fresh
         kv_step = n + q
-        dense, _, comm, overhead = self._parts(n + q, shape.num_seqs, shape.num_selecting, attn_work, kv_positions,
-                                               max)
+        dense, _, comm, overhead = self._parts(n + q + fresh, shape.num_seqs, shape.num_selecting, attn_work,
+                                               kv_positions, max)
         per_work = self._attn_flops_per_work
         per_position = self._kv_bytes_per_pos
         compute_rate, mem_rate = self._compute_rate, self._mem_rate

@@ -14,6 +14,7 @@ from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
 from policies.stretch import MIN_RUN_STEPS, Stretch
+from simcore.decode_blocks import after_storing
 from simcore.request import Request, Status
 
 
@@ -148,9 +149,45 @@ class ChunkedPrefillPolicy(BasePolicy):
                           prefill, chunk, prefill.num_processed, tail=tail if limit == total else 0, admits=admits)
         if stretch.tail and to_finish > limit and prefill.num_target_outputs > 1:
             stretch.then = self._decodes_after_prompt(stretch, pending)
+        elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
+            stretch.then = self._last_chunk_with_newcomer(stretch, pending)
         if sum(part.num_steps for part in stretch.parts()) < MIN_RUN_STEPS:
             return None
         return stretch
+
+    def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:
+        """The step after `stretch` (every chunk of its prompt but the last): the last chunk, the
+        decodes, and the next waiting request admitted with its first chunk in the budget left,
+        as `_run_prefill_chunks` would do it, when nothing else could join that step."""
+        num_steps, prompt, chunk, bs = stretch.num_steps, stretch.prefill, stretch.chunk, self.bm.block_size
+        assert prompt is not None
+        newcomer = self.waiting[1 if stretch.admits else 0]
+        num_decodes = len(stretch.decoders)
+        if newcomer.num_outputs or newcomer.request_id in self._preempted_at or self.options.admission == "reserve":
+            return None  # a recompute; or admission that reserves every block up front
+        if num_decodes + 2 > self.options.max_num_seqs:
+            return None
+        tail = pending - num_steps * chunk
+        room = self.options.max_num_batched_tokens - num_decodes - tail
+        new_chunk = min(newcomer.num_tokens, self.chunk_size, room)
+        num_others = len(self.waiting) - (2 if stretch.admits else 1)
+        if new_chunk < 1 or (num_others and new_chunk < room and num_decodes + 2 < self.options.max_num_seqs):
+            return None  # no room for it, or room for one more
+        # Blocks: the decodes' over both, the prompt's, then the newcomer's, which admission
+        # takes only while the watermark stays free.
+        firsts, taken = [], 0
+        for first in stretch.decode_firsts:
+            need, after = after_storing(first, num_steps, bs)
+            taken += need
+            firsts.append(after)
+        taken += sum(1 for first in firsts if first <= 1)
+        prompt_first = 1 if stretch.admits else self.bm.first_new_block_steps([prompt.request_id])[0]
+        taken += after_storing(prompt_first, pending, bs)[0] + self.bm.blocks_for(new_chunk)
+        if not self.bm.can_allocate(taken, reserve=self.num_watermark_blocks()):
+            return None
+        return Stretch(1, stretch.decoders, stretch.decode_ids, firsts, stretch.decode_context + num_steps * num_decodes,
+                       stretch.steps_to_finish - num_steps, prompt, chunk, stretch.prefill_context + num_steps * chunk,
+                       tail=tail, newcomer=newcomer, newcomer_chunk=new_chunk)
 
     def _steps_with_blocks(self, ids: list[int], firsts: list[int], prefill: Request, chunk: int, limit: int,
                            pending: int) -> int:

@@ -174,6 +174,8 @@ class StretchMixin:
         if stretch.admits:
             assert stretch.prefill is not None
             self._admit(stretch.prefill, now, self._admission_reserve(stretch.prefill))
+        if stretch.newcomer is not None:
+            self._admit(stretch.newcomer, now, self._admission_reserve(stretch.newcomer))
 
     def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[list[int], list[int], list[int], list[int]]:
         """For step records, read before `apply_stretch`: decoders in each of the first
@@ -283,6 +285,16 @@ class StretchMixin:
                     self.itl.add_gaps(gaps)
                 if prefill.is_finished:
                     done.append(prefill)
+        newcomer = stretch.newcomer
+        if newcomer is not None:  # admitted by begin_stretch; its first chunk ran in the last step
+            self.bm.append(newcomer.request_id, stretch.newcomer_chunk)
+            newcomer.num_processed += stretch.newcomer_chunk
+            self.num_resident_tokens += stretch.newcomer_chunk
+            if newcomer.num_processed == newcomer.num_tokens:
+                gaps = []
+                self._select_output(newcomer, step_ends[-1], gaps)
+                if newcomer.is_finished:
+                    done.append(newcomer)
         self.num_steps += num_steps
         self._after_decode_steps()
         for request in done:

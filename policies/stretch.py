@@ -41,6 +41,10 @@ class Stretch:
     tail: int = 0
     # Whether `prefill` heads the waiting queue and the first step admits it.
     admits: bool = False
+    # A waiting request the tail's step admits beside it, with its first chunk (a stretch of
+    # that one step).
+    newcomer: Request | None = None
+    newcomer_chunk: int = 0
     # Each decoder's steps until its last output (batch order), when the stretch may run past
     # finishes; None when it ends at the first one.
     remaining: list[int] | None = None
@@ -55,7 +59,12 @@ class Stretch:
 
     @property
     def num_seqs(self) -> int:
-        return len(self.decoders) + (1 if self.prefill is not None else 0)
+        return len(self.decoders) + (1 if self.prefill is not None else 0) + (1 if self.newcomer is not None else 0)
+
+    @property
+    def newcomer_selects(self) -> bool:
+        """Whether the newcomer's first chunk is its whole prompt (it selects a token)."""
+        return self.newcomer is not None and self.newcomer_chunk == self.newcomer.num_tokens
 
     def parts(self) -> list[Stretch]:
         """This stretch and those that follow it, in order."""
@@ -81,7 +90,8 @@ class Stretch:
                 yield limit - 1, self.run_shape()
             n, body = len(self.decoders), limit - 1
             yield 1, RunShape(n, self.decode_context + body * n, self.tail, self.prefill_context + body * self.chunk,
-                              chunk_selects=True)
+                              chunk_selects=True, new_chunk=self.newcomer_chunk,
+                              new_selects=self.newcomer_selects)
             return
         if not self.has_departures(limit):
             yield limit, self.run_shape()
@@ -133,12 +143,12 @@ def run_aggregates(shape: RunShape, num_steps: int) -> tuple:
     """Per-step aggregates of `num_steps` steps of one shape, for a cost model that prices them
     in bulk: tokens, sequences, selecting positions (the same each step), attention work
     sum q (2c + q) and KV positions touched (context + new) (arrays)."""
-    n, q = shape.num_decodes, shape.chunk
+    n, q, fresh = shape.num_decodes, shape.chunk, shape.new_chunk
     j = np.arange(num_steps, dtype=np.int64)
     decode_context = shape.decode_context + j * n
     prefill_context = shape.prefill_context + j * q
-    num_tokens = n + q
-    # Decodes: sum (2c + 1); the chunk: q (2c + q).
-    attn_work = 2 * decode_context + n + q * (2 * prefill_context + q)
+    num_tokens = n + q + fresh
+    # Decodes: sum (2c + 1); the chunk: q (2c + q); a new prompt's chunk: q^2.
+    attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh * fresh
     kv_positions = decode_context + prefill_context + num_tokens
     return num_tokens, shape.num_seqs, shape.num_selecting, attn_work, kv_positions

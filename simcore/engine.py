@@ -217,8 +217,9 @@ def simulate(
                     release_children(request, ends[-1])
             num_decodes = len(part.decoders)
             log.append((
-                first_step, starts[0], taken[0], part.num_seqs, part.tail if completes else chunk, num_decodes,
-                num_decodes + completes, len(policy.running), len(policy.waiting), len(policy.swapped),
+                first_step, starts[0], taken[0], part.num_seqs, (part.tail if completes else chunk) + part.newcomer_chunk,
+                num_decodes, num_decodes + completes + part.newcomer_selects, len(policy.running), len(policy.waiting),
+                len(policy.swapped),
                 policy.bm.num_used_blocks, policy.bm.num_shared_blocks,
                 policy.host.num_used_blocks if policy.host is not None else 0, policy.num_resident_tokens, 0, 0, 0, 0,
             ))

@@ -48,7 +48,9 @@ class RunShape(NamedTuple):
     j * num_decodes (each processes one position and selects a token) and, if chunk > 0,
     processes `chunk` positions of one prompt on a context of prefill_context + j * chunk.
     The chunk selects a token only if `chunk_selects` (it completes the prompt: a run of one
-    step); otherwise the prompt is not done within the run.
+    step); otherwise the prompt is not done within the run. A run of one step may also carry
+    `new_chunk` positions of a newly admitted prompt (on no context), selecting a token if
+    `new_selects` (the whole prompt).
     """
 
     num_decodes: int
@@ -56,14 +58,16 @@ class RunShape(NamedTuple):
     chunk: int = 0
     prefill_context: int = 0
     chunk_selects: bool = False
+    new_chunk: int = 0
+    new_selects: bool = False
 
     @property
     def num_seqs(self) -> int:
-        return self.num_decodes + (1 if self.chunk else 0)
+        return self.num_decodes + (1 if self.chunk else 0) + (1 if self.new_chunk else 0)
 
     @property
     def num_selecting(self) -> int:
-        return self.num_decodes + (1 if self.chunk_selects else 0)
+        return self.num_decodes + (1 if self.chunk_selects else 0) + (1 if self.new_selects else 0)
 
 
 @dataclass(frozen=True, slots=True)

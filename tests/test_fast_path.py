@@ -266,3 +266,23 @@ def test_chunked_stretches_admit_complete_the_prompt_and_decode_on(monkeypatch):
     assert second.tail == 70 - 4 * 16 and second.then is not None
     assert any(stretch is second.then for stretch, _ in applied)  # the decodes after it ran
     assert fast_requests.loc[1, "first_token_s"] == slow_requests.loc[1, "first_token_s"]
+
+
+def test_the_last_chunk_admits_the_next_prompt_in_the_run(monkeypatch):
+    """A prompt's last chunk leaves budget for the next waiting prompt's first chunk: the run
+    ends with that step (both prompts in it), as stepping schedules it."""
+    applied = _spy_parts(monkeypatch)
+    # The chunk fills the budget beside one decode (16 of 17 tokens): request 2, arriving while
+    # request 1 is prefilled, can only join the step of request 1's last chunk (6 positions).
+    requests = [req(0, 0.0, 8, 60), req(1, 0.05, 70, 30), req(2, 0.08, 30, 10)]
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    frames = []
+    for fast in (False, True):
+        policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16, max_num_batched_tokens=17)
+        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
+        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), _expanded(result.itl)))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
+    assert frames[0][2] == frames[1][2]
+    (joined,) = [stretch for stretch, _ in applied if stretch.newcomer is not None]
+    assert (joined.prefill.request_id, joined.tail, joined.newcomer.request_id, joined.newcomer_chunk) == (1, 6, 2, 10)

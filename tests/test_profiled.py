@@ -238,13 +238,19 @@ def test_runs_priced_one_step_at_a_time_equal_step_time():
         prefill_context = int(rng.integers(0, 3000)) if chunk else 0
         # A chunk that completes its prompt selects a token: a run of one step (a stretch's tail).
         selects = bool(chunk) and bool(rng.integers(0, 2))
+        # ... and then a newly admitted prompt's first chunk may share that step.
+        fresh = int(rng.integers(1, 200)) if selects and rng.integers(0, 2) else 0
+        fresh_whole = bool(fresh) and bool(rng.integers(0, 2))
         steps = 1 if selects else int(rng.integers(1, 12))
-        shape = RunShape(n, sum(contexts), chunk, prefill_context, chunk_selects=selects)
+        shape = RunShape(n, sum(contexts), chunk, prefill_context, chunk_selects=selects, new_chunk=fresh,
+                         new_selects=fresh_whole)
         times = list(islice(model.iter_step_times(shape), steps))
         for j in (0, steps - 1):
             decodes = [ScheduledSeq(i, 1, c + j, True, 1) for i, c in enumerate(contexts)]
             prompt_len = prefill_context + chunk if selects else 10**6
             prefill = [ScheduledSeq(n, chunk, prefill_context + j * chunk, selects, prompt_len)] if chunk else []
+            if fresh:
+                prefill.append(ScheduledSeq(n + 1, fresh, 0, fresh_whole, fresh if fresh_whole else fresh + 50))
             assert model.step_time(StepPlan(j, tuple(decodes + prefill))) == times[j]
             if decodes:
                 group = DecodeGroup(tuple(range(n)), tuple(c + j for c in contexts), (1,) * n,

@@ -264,6 +264,14 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
         decodes = [_seq(i, 1, c, True, prompt=1) for i, c in enumerate(contexts)]
         completing = _seq(num_decodes, chunk, prefill_context, True, prompt=prefill_context + chunk)
         assert model.step_time(StepPlan(0, tuple(decodes + [completing]))) == priced
+        # ... and a newly admitted prompt's first chunk beside it, whole (selecting) or not.
+        fresh = 1 + split_seed % 300
+        for whole in (False, True):
+            shape = last._replace(new_chunk=fresh, new_selects=whole)
+            (priced,) = islice(model.iter_step_times(shape), 1)
+            assert priced == model.aggregate_step_times(*run_aggregates(shape, 1)).tolist()[0]
+            newcomer = _seq(num_decodes + 1, fresh, 0, whole, prompt=fresh if whole else fresh + 50)
+            assert model.step_time(StepPlan(0, tuple(decodes + [completing, newcomer]))) == priced
     prompt = 1
     for k in (0, num_steps - 1):
         decodes = [_seq(i, 1, c + k, True, prompt=prompt) for i, c in enumerate(contexts)]
