@@ -14,7 +14,6 @@ from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
 from policies.stretch import MIN_RUN_STEPS, Stretch
-from simcore.decode_blocks import after_storing
 from simcore.request import Request, Status
 
 
@@ -159,7 +158,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         """The step after `stretch` (every chunk of its prompt but the last): the last chunk, the
         decodes, and the next waiting request admitted with its first chunk in the budget left,
         as `_run_prefill_chunks` would do it, when nothing else could join that step."""
-        num_steps, prompt, chunk, bs = stretch.num_steps, stretch.prefill, stretch.chunk, self.bm.block_size
+        num_steps, prompt, chunk = stretch.num_steps, stretch.prefill, stretch.chunk
         assert prompt is not None
         newcomer = self.waiting[1 if stretch.admits else 0]
         num_decodes = len(stretch.decoders)
@@ -175,14 +174,8 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None  # no room for it, or room for one more
         # Blocks: the decodes' over both, the prompt's, then the newcomer's, which admission
         # takes only while the watermark stays free.
-        firsts, taken = [], 0
-        for first in stretch.decode_firsts:
-            need, after = after_storing(first, num_steps, bs)
-            taken += need
-            firsts.append(after)
-        taken += sum(1 for first in firsts if first <= 1)
-        prompt_first = 1 if stretch.admits else self.bm.first_new_block_steps([prompt.request_id])[0]
-        taken += after_storing(prompt_first, pending, bs)[0] + self.bm.blocks_for(new_chunk)
+        taken, firsts, _ = self._blocks_after(stretch, pending)
+        taken += sum(1 for first in firsts if first <= 1) + self.bm.blocks_for(new_chunk)
         if not self.bm.can_allocate(taken, reserve=self.num_watermark_blocks()):
             return None
         return Stretch(1, stretch.decoders, stretch.decode_ids, firsts, stretch.decode_context + num_steps * num_decodes,

@@ -139,19 +139,9 @@ class StretchMixin:
         decoders, none of which finished. Planned from the state the stretch leaves."""
         num_steps, prompt, bs = stretch.num_steps, stretch.prefill, self.bm.block_size
         assert prompt is not None
-        decoders, firsts, taken = stretch.decoders, [], 0
-        for first in stretch.decode_firsts:
-            need, after = after_storing(first, num_steps, bs)
-            taken += need
-            firsts.append(after)
-        if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
-            reserved = self.bm.blocks_for(self._admission_reserve(prompt))
-            prompt_first = reserved * bs + 1
-        else:
-            reserved, prompt_first = 0, self.bm.first_new_block_steps([prompt.request_id])[0]
-        need, after = after_storing(prompt_first, pending, bs)
-        taken += reserved + need
-        firsts.append(after)
+        decoders = stretch.decoders
+        taken, firsts, prompt_first = self._blocks_after(stretch, pending)
+        firsts.append(prompt_first)
         remaining = [r - num_steps for r in map(sub, map(num_target_of, decoders), map(num_outputs_of, decoders))]
         contexts = [c + num_steps for c in map(num_processed_of, decoders)]
         remaining.append(prompt.num_target_outputs - 1)
@@ -163,6 +153,24 @@ class StretchMixin:
             return None
         return Stretch(limit, [*decoders, prompt], [*stretch.decode_ids, prompt.request_id], firsts, sum(contexts),
                        to_finish, remaining=remaining if past else None, decode_contexts=contexts)
+
+    def _blocks_after(self, stretch: Stretch, pending: int) -> tuple[int, list[int], int]:
+        """What a prefill stretch's steps, and its prompt's `pending` positions, leave to the block
+        manager: blocks taken, then each decoder's and the prompt's next new-block step."""
+        prompt, bs = stretch.prefill, self.bm.block_size
+        assert prompt is not None
+        taken, firsts = 0, []
+        for first in stretch.decode_firsts:
+            need, after = after_storing(first, stretch.num_steps, bs)
+            taken += need
+            firsts.append(after)
+        if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
+            reserved = self.bm.blocks_for(self._admission_reserve(prompt))
+            prompt_first = reserved * bs + 1
+        else:
+            reserved, prompt_first = 0, self.bm.first_new_block_steps([prompt.request_id])[0]
+        need, prompt_after = after_storing(prompt_first, pending, bs)
+        return taken + reserved + need, firsts, prompt_after
 
     def _admission_reserve(self, request: Request) -> int:
         """Positions admission allocates blocks for up front (reserve admission: all of them)."""
@@ -207,12 +215,11 @@ class StretchMixin:
             if steps_left > before:
                 survivors.append(first)
                 continue
-            step = first
-            while step <= steps_left:
+            grown = 0
+            for step in range(first, steps_left + 1, bs):
                 block_change[step] += 1
-                step += bs
-            block_change[steps_left] -= held[rid] + (steps_left - first) // bs + 1 if steps_left >= first \
-                else held[rid]
+                grown += 1
+            block_change[steps_left] -= held[rid] + grown  # released whole at its last step
             left[steps_left] += 1
             released[steps_left] += request.num_processed + steps_left
         grown = blocks_added_by_step(survivors, bs, before)

@@ -146,6 +146,19 @@ def simulate(
             child.arrival_s = at + template.think_time_s
             heapq.heappush(follow_ups, (child.arrival_s, child.request_id, child))
 
+    def release_turns(done: list[Request], at: float) -> None:
+        """Follow-up turns of requests that finished at `at` start their think time."""
+        if children:
+            for request in done:
+                release_children(request, at)
+
+    def state_after() -> tuple[int, ...]:
+        """The step record's columns read after a step: running, waiting and swapped requests,
+        device blocks used and shared, host blocks used, resident tokens."""
+        return (len(policy.running), len(policy.waiting), len(policy.swapped), policy.bm.num_used_blocks,
+                policy.bm.num_shared_blocks, policy.host.num_used_blocks if policy.host is not None else 0,
+                policy.num_resident_tokens)
+
     def flush(final: bool = False) -> None:
         if on_finished is not None and (final or len(policy.finished) >= FLUSH_EVERY):
             batch = list(policy.finished)
@@ -189,13 +202,13 @@ def simulate(
             return 0
         yield from _wait_until(env, ends[-1])
         state["now"] = ends[-1]
+        starts = [start, *ends[:-1]]
         offset = 0
         for part in parts:
             count = min(part.num_steps, num_steps - offset)
             if count <= 0:
                 break
-            apply_part(part, [start, *ends[:-1]][offset:offset + count], ends[offset:offset + count],
-                       taken[offset:offset + count])
+            apply_part(part, starts[offset:offset + count], ends[offset:offset + count], taken[offset:offset + count])
             offset += count
         flush()
         state["events"] += 1
@@ -211,44 +224,35 @@ def simulate(
         completes = part.reaches_tail(num_steps)  # its last step completes the prompt
         if num_steps == 1:  # one step (a prefill step before decodes): one row, as a single step's
             first_step = policy.num_steps
-            done = policy.apply_stretch(part, ends)
-            if children:
-                for request in done:
-                    release_children(request, ends[-1])
+            release_turns(policy.apply_stretch(part, ends), ends[-1])
             num_decodes = len(part.decoders)
             log.append((
                 first_step, starts[0], taken[0], part.num_seqs, (part.tail if completes else chunk) + part.newcomer_chunk,
-                num_decodes, num_decodes + completes + part.newcomer_selects, len(policy.running), len(policy.waiting),
-                len(policy.swapped),
-                policy.bm.num_used_blocks, policy.bm.num_shared_blocks,
-                policy.host.num_used_blocks if policy.host is not None else 0, policy.num_resident_tokens, 0, 0, 0, 0,
+                num_decodes, num_decodes + completes + part.newcomer_selects, *state_after(), 0, 0, 0, 0,
             ))
             return
-        num_swapped = len(policy.swapped)
         num_waiting_before = len(policy.waiting)
         shared_before = policy.bm.num_shared_blocks
         first_step = policy.num_steps
         decodes, running_after, blocks_after, resident_after = policy.stretch_step_counts(part, num_steps)
-        done = policy.apply_stretch(part, ends)
-        if children:
-            for request in done:
-                release_children(request, ends[-1])
-        host_used = policy.host.num_used_blocks if policy.host is not None else 0
+        release_turns(policy.apply_stretch(part, ends), ends[-1])
+        num_running, num_waiting, num_swapped, blocks_used, blocks_shared, host_used, resident = state_after()
         same = num_steps - 1
         # Every step but the last shows the state before the run; the last one saw any finishes
-        # (arrivals during it join after it, as for any step).
+        # (arrivals during it join after it, as for any step). Swaps and the host tier do not
+        # change within a run.
         log.extend_columns((
             range(first_step, first_step + num_steps), starts, taken,
             [n + 1 for n in decodes] if part.prefill is not None else decodes,
             [*repeat(chunk, same), part.tail] if completes else repeat(chunk, num_steps),
             decodes, [*decodes[:-1], decodes[-1] + 1] if completes else decodes,
-            [*running_after, len(policy.running)],
-            [*repeat(num_waiting_before, same), len(policy.waiting)],
+            [*running_after, num_running],
+            [*repeat(num_waiting_before, same), num_waiting],
             repeat(num_swapped, num_steps),
-            [*blocks_after, policy.bm.num_used_blocks],
-            [*repeat(shared_before, same), policy.bm.num_shared_blocks],
+            [*blocks_after, blocks_used],
+            [*repeat(shared_before, same), blocks_shared],
             repeat(host_used, num_steps),
-            [*resident_after, policy.num_resident_tokens],
+            [*resident_after, resident],
             *(repeat(0, num_steps) for _ in range(4)),
         ))
 
@@ -289,10 +293,7 @@ def simulate(
                 return end_at_horizon()  # the run ends before this step does
             yield from _wait_until(env, end)
             state["now"] = end
-            done = policy.complete(plan, end)
-            if children:
-                for request in done:
-                    release_children(request, end)
+            release_turns(policy.complete(plan, end), end)
             flush()
             state["events"] += 1
             log.append(
@@ -304,13 +305,7 @@ def simulate(
                     plan.num_prefill_tokens,
                     plan.num_decode_tokens,
                     plan.num_selecting,
-                    len(policy.running),
-                    len(policy.waiting),
-                    len(policy.swapped),
-                    policy.bm.num_used_blocks,
-                    policy.bm.num_shared_blocks,
-                    policy.host.num_used_blocks if policy.host is not None else 0,
-                    policy.num_resident_tokens,
+                    *state_after(),
                     len(plan.preempted_ids),
                     len(plan.blocks_to_swap_out),
                     len(plan.blocks_to_swap_in),
