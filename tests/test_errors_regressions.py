@@ -52,6 +52,15 @@ def test_huge_trace_token_counts_are_a_config_error(tmp_path, cell):
         build_requests(spec, seed=0, base_dir=tmp_path)
 
 
+@pytest.mark.parametrize("cell", ["", "inf", "nan"])
+def test_a_missing_prefix_length_is_a_config_error(tmp_path, cell):
+    """Was: `int(nan)` raised a ValueError traceback (found by tests/test_fuzz_traces.py)."""
+    (tmp_path / "t.csv").write_text(f"arrival_s,prompt_len,output_len,prefix_len,prefix_key\n0,4,1,{cell},sys\n")
+    spec = parse_workload({"trace": {"path": "t.csv", "format": "csv"}})
+    with pytest.raises(ConfigError, match=r"t.csv: row 1, column 'prefix_len': bad prefix length; expected a whole"):
+        build_requests(spec, seed=0, base_dir=tmp_path)
+
+
 @pytest.mark.parametrize(("name", "fmt"), [("t.jsonl", "jsonl"), ("m.jsonl", "mooncake"), ("s.json", "sharegpt")])
 def test_non_utf8_json_traces_are_a_config_error(tmp_path, name, fmt):
     """Was: UnicodeDecodeError traceback."""

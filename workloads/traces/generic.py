@@ -10,6 +10,7 @@ Also `session_id`, `turn`, `cache_salt`, `adapter_id`.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,8 @@ def _prefix_segments(frame, names, header, segs, prompt_lens, rows, source, unit
         if key is None or segs[i] is not None:
             continue
         n = _as_number(lens.iat[i])
-        if not isinstance(n, (int, float)) or n != int(n) or not 1 <= n <= prompt_lens[i]:
+        # An empty cell reads as NaN (and "inf" as infinity): neither is a whole number.
+        if not isinstance(n, (int, float)) or not math.isfinite(n) or n != int(n) or not 1 <= n <= prompt_lens[i]:
             raise ConfigError(
                 "bad prefix length", source=str(source), where=where(unit, rows[i], names["prefix_len"]),
                 expected=f"a whole number from 1 to prompt_len ({prompt_lens[i]})", found=lens.iat[i],
