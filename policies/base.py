@@ -90,6 +90,11 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self.num_blocks_swapped_in = 0
         self._prefix: dict[int, tuple[list[int], list[tuple]]] = {}
         self._preempted_at: dict[int, tuple[float, int, str]] = {}
+        # How many running requests, from the oldest, are known to be decoding (`_all_decoding`
+        # holds for them) without a pass over the batch: set where a step or a run ends, from
+        # what it did; 0 (unknown) while a step is planned.
+        self._num_known_decoding = 0
+        self._decoding_before_step = False
         self._now = 0.0
         self._plan: _PlanBuilder | None = None
         self.host_prefix: HostPrefixCache | None = None
@@ -114,6 +119,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
     def schedule(self, now: float) -> StepPlan | None:
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
+        self._decoding_before_step = self._num_known_decoding == len(self.running)
+        self._num_known_decoding = 0
         self._plan = _PlanBuilder()
         self._fill(now)
         while not self._plan.num_seqs and not self._plan.swap_out and self._plan.preempted:
@@ -155,6 +162,9 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             self.itl.add_gaps(gaps)
         for request in done:
             self._finish(request, now + self.options.delivery_s)
+        # Requests outside the plan are as they were; those in it decode now if each selected.
+        if self._decoding_before_step and plan.num_selecting == len(plan.seqs):
+            self._num_known_decoding = len(self.running)
         return done
 
     def _select_output(self, request: Request, now: float, gaps: list[float]) -> None:
@@ -252,18 +262,12 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         builder = self._plan
         assert builder is not None
         context = request.num_processed
-        builder.seqs.append(
-            ScheduledSeq(
-                request_id=request.request_id,
-                num_new_tokens=num_new,
-                context_len=context,
-                selects_token=context + num_new == request.num_tokens,
-                prompt_len=request.prompt_len,
-                block_table=self.bm.table(request.request_id) if self.emit_block_tables else (),
-                prompt_token_ids=request.prompt_token_ids,
-                segments=request.segments,
-            )
-        )
+        prompt_len = request.prompt_len
+        builder.seqs.append(ScheduledSeq(  # positional: the fields in order (cheaper than keywords)
+            request.request_id, num_new, context, context + num_new == prompt_len + request.num_outputs, prompt_len,
+            self.bm.table(request.request_id) if self.emit_block_tables else (), request.prompt_token_ids,
+            request.segments,
+        ))
         builder.scheduled.add(request.request_id)
 
     def _schedule_running(self, request: Request, num_new: int) -> bool:
@@ -388,7 +392,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         chunk = min(pending, max_chunk, budget.num_tokens)
         if chunk <= 0 or budget.num_seqs <= 0 or (whole and chunk < pending):
             return 0
-        revived = sum(1 for b in hit.block_ids if self.bm.ref_counts[b] == 0)
+        revived = sum(1 for b in hit.block_ids if self.bm.ref_counts[b] == 0) if hit.block_ids else 0
         reserve_positions = self._admission_reserve(request)
         need = self.bm.blocks_for(reserve_positions or num_hit + chunk) - hit.num_blocks
         if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
@@ -530,6 +534,10 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self.bm.check()
         if self.host is not None:
             self.host.check(self.host_prefix.held_blocks() if self.host_prefix is not None else [])
+        known = self._num_known_decoding
+        if known > len(self.running) or (known and not self._all_decoding(self.running[:known])):
+            raise AssertionError(f"the first {known} of {len(self.running)} running requests are taken "
+                                 "to be decoding, and are not")
         positions = self.bm.num_positions
         for request in self.running:
             if request.num_pending < 1:
@@ -565,6 +573,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
 
 
 class _PlanBuilder:
+    __slots__ = ("seqs", "decodes", "copies", "swap_out", "swap_in", "preempted", "scheduled", "pinned_host")
+
     def __init__(self) -> None:
         self.seqs: list[ScheduledSeq] = []
         # Decodes kept as columns, ahead of `seqs` in batch order (fast path only).

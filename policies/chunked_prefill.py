@@ -14,6 +14,7 @@ from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
 from policies.stretch import MIN_RUN_STEPS, Stretch
+from simcore.decode_blocks import blocks_taken_by
 from simcore.request import Request, Status
 
 
@@ -130,7 +131,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         total = num_steps + (1 if tail else 0)
         if total < 1 or prefill.request_id in self._preempted_at:
             return None
-        if not self._all_decoding(decoders):
+        if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):  # decoders: a prefix of running
             return None
         to_finish = steps_to_first_finish(decoders) if decoders else total + 1
         ids = request_ids(decoders)
@@ -141,7 +142,7 @@ class ChunkedPrefillPolicy(BasePolicy):
             need = self.bm.blocks_for(min(pending, chunk))
             if not self.bm.can_allocate(decode_blocks + need, reserve=self.num_watermark_blocks()):
                 return None
-        limit = self._steps_with_blocks(ids, firsts, prefill, chunk, min(total, to_finish), pending)
+        limit = self._steps_with_blocks(firsts, prefill, chunk, min(total, to_finish), pending)
         if limit < 1:
             return None
         stretch = Stretch(limit, decoders, ids, firsts, sum(map(num_processed_of, decoders)), to_finish,
@@ -182,16 +183,17 @@ class ChunkedPrefillPolicy(BasePolicy):
                        stretch.steps_to_finish - num_steps, prompt, chunk, stretch.prefill_context + num_steps * chunk,
                        tail=tail, newcomer=newcomer, newcomer_chunk=new_chunk)
 
-    def _steps_with_blocks(self, ids: list[int], firsts: list[int], prefill: Request, chunk: int, limit: int,
+    def _steps_with_blocks(self, firsts: list[int], prefill: Request, chunk: int, limit: int,
                            pending: int) -> int:
         """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now
         (the prompt has `pending` positions left: the last chunk may be shorter)."""
-        free = self.bm.num_free_blocks
+        free, bs = self.bm.num_free_blocks, self.bm.block_size
 
         def fits(num_steps: int) -> bool:
-            decode_blocks = self.bm.blocks_used_after_decode_steps(ids, num_steps, firsts)[-1] if ids else 0
             prompt_blocks = self.bm.num_new_blocks_needed(prefill.request_id, min(num_steps * chunk, pending))
-            return decode_blocks + prompt_blocks <= free
+            if len(firsts) * (num_steps // bs + 1) + prompt_blocks <= free:
+                return True  # even if every decoder took its most blocks (plenty free: the usual case)
+            return blocks_taken_by(firsts, num_steps, bs) + prompt_blocks <= free
 
         if limit < 1 or fits(limit):
             return limit

@@ -11,7 +11,7 @@ from operator import attrgetter, sub
 from typing import Any
 
 from policies.stretch import Stretch
-from simcore.decode_blocks import after_storing, blocks_added_by_step, max_steps_within
+from simcore.decode_blocks import after_storing, after_storing_each, blocks_added_by_step, max_steps_within
 from simcore.request import Request
 
 request_id_of = attrgetter("request_id")
@@ -44,6 +44,7 @@ class StretchMixin:
     host: Any
     _select_output: Any
     _admit: Any
+    _num_known_decoding: int
     # Set by the engine: nothing outside the policy needs a run to stop at a finish.
     run_past_finishes: bool = False
 
@@ -68,7 +69,7 @@ class StretchMixin:
         # Each column read once: what the decoding check needs, the stretch needs too.
         outputs = list(map(num_outputs_of, running))
         context = sum(map(num_processed_of, running))
-        if not self._all_decoding(running, outputs, context):
+        if len(running) > self._num_known_decoding and not self._all_decoding(running, outputs, context):
             return None
         ids = request_ids(running)
         firsts = self.bm.first_new_block_steps(ids)
@@ -159,11 +160,7 @@ class StretchMixin:
         manager: blocks taken, then each decoder's and the prompt's next new-block step."""
         prompt, bs = stretch.prefill, self.bm.block_size
         assert prompt is not None
-        taken, firsts = 0, []
-        for first in stretch.decode_firsts:
-            need, after = after_storing(first, stretch.num_steps, bs)
-            taken += need
-            firsts.append(after)
+        taken, firsts = after_storing_each(stretch.decode_firsts, stretch.num_steps, bs)
         if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
             reserved = self.bm.blocks_for(self._admission_reserve(prompt))
             prompt_first = reserved * bs + 1
@@ -244,7 +241,11 @@ class StretchMixin:
         first, last = times[0], times[-1]
         departures = stretch.has_departures(num_steps)
         if running:
-            self.itl.add_gaps([first - t for t in map(last_token_of, running)])
+            lasts = list(map(last_token_of, running))
+            if lasts.count(lasts[0]) == len(lasts):  # each decoded in the same step (the usual case)
+                self.itl.add(first - lasts[0], len(lasts))
+            else:
+                self.itl.add_gaps([first - t for t in lasts])
             gaps = list(map(sub, times[1:], times[:-1]))
             if departures:
                 at = 0
@@ -279,6 +280,7 @@ class StretchMixin:
         elif running and num_steps >= stretch.steps_to_finish:
             done = [r for r in running if r.num_outputs >= r.num_target_outputs]
         prefill = stretch.prefill
+        completes = False
         if prefill is not None:
             completes = stretch.reaches_tail(num_steps)
             processed = (num_steps - 1) * stretch.chunk + stretch.tail if completes else num_steps * stretch.chunk
@@ -292,6 +294,8 @@ class StretchMixin:
                     self.itl.add_gaps(gaps)
                 if prefill.is_finished:
                     done.append(prefill)
+        # Every running request is in the stretch, and all but its prompts decoded before it.
+        still_prefilling = prefill if prefill is not None and not completes else None
         newcomer = stretch.newcomer
         if newcomer is not None:  # admitted by begin_stretch; its first chunk ran in the last step
             self.bm.append(newcomer.request_id, stretch.newcomer_chunk)
@@ -302,10 +306,17 @@ class StretchMixin:
                 self._select_output(newcomer, step_ends[-1], gaps)
                 if newcomer.is_finished:
                     done.append(newcomer)
+            else:
+                still_prefilling = newcomer
         self.num_steps += num_steps
         self._after_decode_steps()
         for request in done:
             self._finish(request, request.last_token_s)
+        running_now = self.running
+        if still_prefilling is None:
+            self._num_known_decoding = len(running_now)
+        else:  # the newest, admitted last
+            self._num_known_decoding = len(running_now) - 1 if running_now[-1] is still_prefilling else 0
         return done
 
     def _settle_departures(self, stretch: Stretch, times: list[float]) -> list[Request]:

@@ -9,9 +9,6 @@ to `BlockManager` (tested); the runner picks it automatically.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import sub
-
 from simcore.block_manager import PrefixHit
 from simcore.decode_blocks import BlockArithmetic, max_steps_within
 
@@ -93,16 +90,16 @@ class BlockCounter(BlockArithmetic):
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
         bs = self.block_size
-        growing = [(rid, (num_steps - first) // bs + 1) for rid, first in zip(request_ids, firsts) if first <= num_steps]
-        taken = sum(need for _, need in growing)
+        # Blocks each request takes: one at `first`, then one every block_size steps.
+        needs = [(num_steps - first) // bs + 1 if first <= num_steps else 0 for first in firsts]
+        taken = sum(needs)
         if taken > self._free:
             raise MemoryError(f"decode steps need {taken} blocks, {self._free} free")
         self._free -= taken
-        first_new, tables = self._first_new, self.num_table_blocks
-        first_new.update(zip(request_ids, map(sub, firsts, repeat(num_steps))))
-        for rid, need in growing:
-            tables[rid] += need
-            first_new[rid] += need * bs
+        self._first_new.update(zip(request_ids, [first - num_steps + need * bs for first, need in zip(firsts, needs)]))
+        if taken:
+            tables = self.num_table_blocks
+            tables.update([(rid, tables[rid] + need) for rid, need in zip(request_ids, needs) if need])
 
     def check(self) -> None:
         held = sum(self.num_table_blocks.values())

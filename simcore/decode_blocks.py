@@ -21,6 +21,18 @@ def after_storing(first: int, num_positions: int, block_size: int) -> tuple[int,
     return need, first - num_positions + need * block_size
 
 
+def blocks_taken_by(firsts: list[int], num_positions: int, block_size: int) -> int:
+    """New blocks taken once each request (next new block at `firsts`) stores `num_positions`
+    more positions: after_storing's first element, summed."""
+    return sum([(num_positions - first) // block_size + 1 for first in firsts if first <= num_positions])
+
+
+def after_storing_each(firsts: list[int], num_positions: int, block_size: int) -> tuple[int, list[int]]:
+    """after_storing for many requests at once: (blocks taken in all, each one's next first)."""
+    needs = [(num_positions - first) // block_size + 1 if first <= num_positions else 0 for first in firsts]
+    return sum(needs), [first - num_positions + need * block_size for first, need in zip(firsts, needs)]
+
+
 def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) -> int:
     """Most steps (<= limit) whose new blocks, for requests first needing one at `firsts`, fit in `free`."""
     if len(firsts) * (limit // block_size + 1) <= free:

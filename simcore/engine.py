@@ -182,21 +182,22 @@ def simulate(
             durations = [duration for steps, shape in runs
                          for duration in np.broadcast_to(bulk(*run_aggregates(shape, steps)), (steps,)).tolist()]
         # Step ends by repeated addition, exactly as the clock advances one step at a time.
-        ends = []
-        taken = []
+        ends: list[float] = []
+        taken: list[float] = []
+        add_end, add_taken, inf = ends.append, taken.append, math.inf
         clock = start
         arrival = next_arrival()[0]
-        for duration in islice(durations, num_planned):
+        for duration in durations:
             if clock >= arrival:
                 break  # this step would start after an arrival: the policy must see it first
-            if not 0 < duration < math.inf:
+            if not 0 < duration < inf:
                 raise ServesimError(f"cost model returned step time {duration!r}; "
                                     "expected a positive finite number of seconds")
             clock = clock + duration
             if clock >= horizon:
                 break
-            ends.append(clock)
-            taken.append(duration)
+            add_end(clock)
+            add_taken(duration)
         num_steps = len(ends)
         if num_steps < MIN_RUN_STEPS:
             return 0

@@ -5,7 +5,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.decode_blocks import blocks_added_by_step, max_steps_within
+from simcore.decode_blocks import (
+    after_storing,
+    after_storing_each,
+    blocks_added_by_step,
+    blocks_taken_by,
+    max_steps_within,
+)
 
 
 def _needed(firsts: list[int], block_size: int, num_steps: int) -> int:
@@ -43,7 +49,6 @@ def test_after_storing_matches_a_block_counter(block_size, held, stored, num_pos
     """The blocks and next new-block step `after_storing` predicts are those a BlockCounter
     reaches by appending the positions one at a time."""
     from simcore.block_counter import BlockCounter
-    from simcore.decode_blocks import after_storing
 
     bm = BlockCounter(10_000, block_size)
     bm.allocate(0, held * block_size)
@@ -55,3 +60,11 @@ def test_after_storing_matches_a_block_counter(block_size, held, stored, num_pos
     assert after_storing(first, num_positions, block_size) == (free - bm.num_free_blocks,
                                                                  bm.first_new_block_steps([0])[0])
     assert bm.num_positions == {0: stored + num_positions}
+
+
+@settings(max_examples=200, deadline=None)
+@given(block_size=st.integers(1, 20), firsts=st.lists(st.integers(1, 60), max_size=12), num_positions=st.integers(0, 90))
+def test_many_requests_at_once_match_one_at_a_time(block_size, firsts, num_positions):
+    each = [after_storing(first, num_positions, block_size) for first in firsts]
+    assert after_storing_each(firsts, num_positions, block_size) == (sum(n for n, _ in each), [f for _, f in each])
+    assert blocks_taken_by(firsts, num_positions, block_size) == _needed(firsts, block_size, num_positions)
