@@ -182,10 +182,12 @@ class StretchMixin:
         if stretch.newcomer is not None:
             self._admit(stretch.newcomer, now, self._admission_reserve(stretch.newcomer))
 
-    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[int | list[int], int | list[int],
+                                                                             list[int], list[int]]:
         """For step records, read before `apply_stretch`: decoders in each of the first
         `num_steps` steps, and after each of them but the last, requests running, blocks in
-        use and resident tokens (the last step's come from the state after apply)."""
+        use and resident tokens (the last step's come from the state after apply). The first
+        two are single numbers when no decoder leaves before the last step (the same for all)."""
         before = num_steps - 1
         blocks, resident = self.bm.num_used_blocks, self.num_resident_tokens
         num_running = len(self.running)
@@ -196,7 +198,7 @@ class StretchMixin:
                 rid = stretch.prefill.request_id
                 added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * chunk) for j, a in enumerate(added)]
             tokens = len(stretch.decoders) + chunk
-            return ([len(stretch.decoders)] * num_steps, [num_running] * before, [blocks + a for a in added],
+            return (len(stretch.decoders), num_running, [blocks + a for a in added],
                     list(range(resident + tokens, resident + tokens * num_steps, tokens)))
         # Some decoders finish within the first `before` steps and release everything they hold.
         assert stretch.remaining is not None and stretch.prefill is None

@@ -40,7 +40,8 @@ class Policy(Protocol):
     def begin_stretch(self, stretch: Stretch, now: float) -> None:
         """Before a stretch's steps are counted and applied: what its first step does first."""
 
-    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[int | list[int], int | list[int],
+                                                                             list[int], list[int]]:
         """Step-record counts of a stretch's first steps: decoders in each, and after each but
         the last, requests running, blocks in use and resident tokens."""
 

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, islice, repeat
+from itertools import chain, islice
 from pathlib import Path
 
 import numpy as np
@@ -238,23 +238,18 @@ def simulate(
         decodes, running_after, blocks_after, resident_after = policy.stretch_step_counts(part, num_steps)
         release_turns(policy.apply_stretch(part, ends), ends[-1])
         num_running, num_waiting, num_swapped, blocks_used, blocks_shared, host_used, resident = state_after()
-        same = num_steps - 1
+        if isinstance(decodes, int):  # the same decoders in every step
+            seqs, selected = decodes + (part.prefill is not None), (decodes, decodes + 1) if completes else decodes
+            running = (running_after, num_running)
+        else:  # decoders leave as they finish (no prompt in such a run)
+            seqs, selected, running = decodes, decodes, [*running_after, num_running]
         # Every step but the last shows the state before the run; the last one saw any finishes
         # (arrivals during it join after it, as for any step). Swaps and the host tier do not
-        # change within a run.
-        log.extend_columns((
-            range(first_step, first_step + num_steps), starts, taken,
-            [n + 1 for n in decodes] if part.prefill is not None else decodes,
-            [*repeat(chunk, same), part.tail] if completes else repeat(chunk, num_steps),
-            decodes, [*decodes[:-1], decodes[-1] + 1] if completes else decodes,
-            [*running_after, num_running],
-            [*repeat(num_waiting_before, same), num_waiting],
-            repeat(num_swapped, num_steps),
-            [*blocks_after, blocks_used],
-            [*repeat(shared_before, same), blocks_shared],
-            repeat(host_used, num_steps),
-            [*resident_after, resident],
-            *(repeat(0, num_steps) for _ in range(4)),
+        # change within a run. Pairs are (every step but the last, the last).
+        log.add_run(num_steps, (
+            range(first_step, first_step + num_steps), starts, taken, seqs, (chunk, part.tail) if completes else chunk,
+            decodes, selected, running, (num_waiting_before, num_waiting), num_swapped, [*blocks_after, blocks_used],
+            (shared_before, blocks_shared), host_used, [*resident_after, resident], 0, 0, 0, 0,
         ))
 
     def end_at_horizon() -> None:

@@ -1,5 +1,8 @@
 """Per-step records: one tuple per step, or columns for a run of steps; kept as column chunks.
 
+Within a run most columns hold one value, or one until the last step, so those are kept as runs
+of equal values; the columns that change every step (times, blocks, resident tokens) as lists.
+
 Rows are buffered and turned into numpy column chunks every CHUNK_ROWS steps, so memory per
 step is a few dozen bytes; with a spill file the chunks go to Parquet instead, so a run of
 millions of steps keeps none of them in memory.
@@ -8,7 +11,7 @@ millions of steps keeps none of them in memory.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +38,26 @@ STEP_COLUMNS = (
     "blocks_copied",
 )
 FLOAT_COLUMNS = {"start_s", "duration_s"}
+# Columns that change at every step of a run are kept as plain lists; the others, which within
+# a run mostly hold one value (or one until its last step), as runs of equal values.
+PER_STEP_COLUMNS = {"step_id", "start_s", "duration_s", "kv_blocks_used", "resident_tokens"}
 CHUNK_ROWS = 16384  # rows buffered as Python objects before they become numpy columns
+
+_DTYPES = tuple(np.float64 if name in FLOAT_COLUMNS else np.int64 for name in STEP_COLUMNS)
+_PER_STEP = tuple(name in PER_STEP_COLUMNS for name in STEP_COLUMNS)
 
 
 class StepLog:
     def __init__(self, spill_path: Path | None = None) -> None:
-        # Single steps arrive as row tuples; runs of steps as columns. Both wait in `columns`
-        # (rows are moved there when a run comes) until a chunk is sealed.
+        # Single steps arrive as row tuples (`rows`); runs of steps as columns: `values` (per
+        # step, or one per run of equal values) and `counts` (each value's number of steps; None
+        # for per-step columns). `order` keeps the sequence: +n for a run of n steps, -k for k
+        # single steps in a row. A sealed chunk interleaves the two by it.
         self.rows: list[tuple] = []
-        self.columns: list[list] = [[] for _ in STEP_COLUMNS]
+        self.values: list[list] = []
+        self.counts: list[list | None] = []
+        self.order: list[int] = []
+        self._reset_buffers()
         self.chunks: list[dict[str, np.ndarray]] = []
         self.num_rows = 0
         # Columns only some steps have (a cost model's measurements, link time): step -> value.
@@ -62,42 +76,84 @@ class StepLog:
                 self.extras.setdefault(key, {})[self.num_rows] = value
                 self.extra_totals[key] = self.extra_totals.get(key, 0.0) + value
         self.rows.append(values)
+        order = self.order
+        if order and order[-1] < 0:
+            order[-1] -= 1
+        else:
+            order.append(-1)
         self.num_rows += 1
-        if self.num_buffered >= CHUNK_ROWS:
+        self._num_buffered += 1
+        if self._num_buffered >= CHUNK_ROWS:
             self._seal()
 
-    def extend_columns(self, columns: Sequence[Iterable]) -> None:
-        """A run of steps, one iterable per column of STEP_COLUMNS (all of one length)."""
-        self._rows_to_columns()
-        before = len(self.columns[0])
-        for column, values in zip(self.columns, columns):
-            column.extend(values)
-        added = len(self.columns[0]) - before
-        self.num_rows += added
-        if self.num_buffered >= CHUNK_ROWS:
+    def add_run(self, num_steps: int, columns: Sequence[Any]) -> None:
+        """A run of `num_steps` steps, one entry per column of STEP_COLUMNS: for the per-step
+        columns, their values (an iterable of that length); for the others, one value for
+        every step, a (value, last) pair (one value for every step but the last), or a list
+        of every step's values."""
+        for values, counts, column in zip(self.values, self.counts, columns):
+            if counts is None:
+                values.extend(column)
+            elif type(column) is tuple:
+                body, last = column
+                values.append(body)
+                values.append(last)
+                counts.append(num_steps - 1)
+                counts.append(1)
+            elif type(column) is list:
+                values.extend(column)
+                counts.extend([1] * num_steps)
+            else:
+                values.append(column)
+                counts.append(num_steps)
+        self.order.append(num_steps)
+        self.num_rows += num_steps
+        self._num_buffered += num_steps
+        if self._num_buffered >= CHUNK_ROWS:
             self._seal()
 
     @property
     def num_buffered(self) -> int:
         """Steps not yet sealed into a chunk."""
-        return len(self.rows) + len(self.columns[0])
+        return self._num_buffered
 
-    def _rows_to_columns(self) -> None:
-        if self.rows:
-            for column, values in zip(self.columns, zip(*self.rows)):
-                column.extend(values)
-            self.rows = []
+    def _reset_buffers(self) -> None:
+        self.rows = []
+        self.values = [[] for _ in STEP_COLUMNS]
+        self.counts = [None if per_step else [] for per_step in _PER_STEP]
+        self.order = []
+        self._num_buffered = 0
+
+    def _buffered_columns(self) -> list[np.ndarray]:
+        """The buffered steps as one array per column, in step order."""
+        order = np.array(self.order, dtype=np.int64)
+        is_single = np.repeat(order < 0, np.abs(order))
+        singles = list(zip(*self.rows)) if self.rows else None
+        has_runs = not is_single.all()
+        out = []
+        for index, (dtype, values, counts) in enumerate(zip(_DTYPES, self.values, self.counts)):
+            runs = np.array(values, dtype=dtype)
+            if counts is not None:
+                runs = np.repeat(runs, np.array(counts, dtype=np.int64))
+            if singles is None:
+                out.append(runs)
+                continue
+            single = np.array(singles[index], dtype=dtype)
+            if not has_runs:
+                out.append(single)
+                continue
+            column = np.empty(len(is_single), dtype=dtype)
+            column[is_single] = single
+            column[~is_single] = runs
+            out.append(column)
+        return out
 
     def _seal(self) -> None:
-        self._rows_to_columns()
-        if not self.num_buffered:
+        if not self._num_buffered:
             return
-        first = self.num_rows - self.num_buffered
-        chunk = {
-            name: np.asarray(column, dtype=np.float64 if name in FLOAT_COLUMNS else np.int64)
-            for name, column in zip(STEP_COLUMNS, self.columns)
-        }
-        self.columns = [[] for _ in STEP_COLUMNS]
+        first = self.num_rows - self._num_buffered
+        chunk = dict(zip(STEP_COLUMNS, self._buffered_columns()))
+        self._reset_buffers()
         if self.spill_path is None:
             self.chunks.append(chunk)
             return
