@@ -13,7 +13,7 @@ from typing import Literal
 from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
-from policies.stretch import MIN_RUN_STEPS, Stretch
+from policies.stretch import Stretch
 from simcore.decode_blocks import blocks_taken_by
 from simcore.request import Request, Status
 
@@ -129,13 +129,20 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None
         tail = 0 if num_waiting or recompute else pending - num_steps * chunk
         total = num_steps + (1 if tail else 0)
-        if total < 1 or prefill.request_id in self._preempted_at:
+        # No step before the last chunk, and a request waits: the step of that chunk and the
+        # newcomer's first, alone (see below).
+        last_chunk_only = total < 1 and num_waiting and not recompute and not admits
+        if (total < 1 and not last_chunk_only) or prefill.request_id in self._preempted_at:
             return None
         if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):  # decoders: a prefix of running
             return None
         to_finish = steps_to_first_finish(decoders) if decoders else total + 1
         ids = request_ids(decoders)
         firsts = self.bm.first_new_block_steps(ids)
+        if last_chunk_only:
+            before = Stretch(0, decoders, ids, firsts, sum(map(num_processed_of, decoders)), to_finish, prefill,
+                             chunk, prefill.num_processed)
+            return self._last_chunk_with_newcomer(before, pending)
         if admits:
             # Admission's own check, after the step's decodes took their blocks (as _try_admit).
             decode_blocks = sum(1 for first in firsts if first <= 1)
@@ -151,14 +158,13 @@ class ChunkedPrefillPolicy(BasePolicy):
             stretch.then = self._decodes_after_prompt(stretch, pending)
         elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
             stretch.then = self._last_chunk_with_newcomer(stretch, pending)
-        if sum(part.num_steps for part in stretch.parts()) < MIN_RUN_STEPS:
-            return None
         return stretch
 
     def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:
-        """The step after `stretch` (every chunk of its prompt but the last): the last chunk, the
-        decodes, and the next waiting request admitted with its first chunk in the budget left,
-        as `_run_prefill_chunks` would do it, when nothing else could join that step."""
+        """The step after `stretch` (every chunk of its prompt but the last; none, for a stretch
+        of no steps): the last chunk, the decodes, and the next waiting request admitted with its
+        first chunk in the budget left, as `_run_prefill_chunks` would do it, when nothing else
+        could join that step."""
         num_steps, prompt, chunk = stretch.num_steps, stretch.prefill, stretch.chunk
         assert prompt is not None
         newcomer = self.waiting[1 if stretch.admits else 0]

@@ -19,9 +19,6 @@ import numpy as np
 from simcore.plan import RunShape
 from simcore.request import Request
 
-# Runs shorter than this are taken as single steps (a run's bookkeeping costs about one step's).
-MIN_RUN_STEPS = 2
-
 _num_processed_of = attrgetter("num_processed")
 
 

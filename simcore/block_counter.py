@@ -9,6 +9,9 @@ to `BlockManager` (tested); the runner picks it automatically.
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import ge, sub
+
 from simcore.block_manager import PrefixHit
 from simcore.decode_blocks import BlockArithmetic, max_steps_within
 
@@ -90,15 +93,27 @@ class BlockCounter(BlockArithmetic):
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
         bs = self.block_size
+        first_new, tables = self._first_new, self.num_table_blocks
+        if num_steps <= bs:
+            # At most one new block each, for those whose first comes within the run: found in C
+            # passes (the usual case: runs end at arrivals long before a block fills twice).
+            growing = list(compress(request_ids, map(ge, repeat(num_steps), firsts)))
+            if len(growing) > self._free:
+                raise MemoryError(f"decode steps need {len(growing)} blocks, {self._free} free")
+            self._free -= len(growing)
+            first_new.update(zip(request_ids, map(sub, firsts, repeat(num_steps))))
+            for rid in growing:
+                tables[rid] += 1
+                first_new[rid] += bs
+            return
         # Blocks each request takes: one at `first`, then one every block_size steps.
         needs = [(num_steps - first) // bs + 1 if first <= num_steps else 0 for first in firsts]
         taken = sum(needs)
         if taken > self._free:
             raise MemoryError(f"decode steps need {taken} blocks, {self._free} free")
         self._free -= taken
-        self._first_new.update(zip(request_ids, [first - num_steps + need * bs for first, need in zip(firsts, needs)]))
+        first_new.update(zip(request_ids, [first - num_steps + need * bs for first, need in zip(firsts, needs)]))
         if taken:
-            tables = self.num_table_blocks
             tables.update([(rid, tables[rid] + need) for rid, need in zip(request_ids, needs) if need])
 
     def check(self) -> None:

@@ -21,7 +21,7 @@ import simpy
 
 from backends.base import CostModel, step_extras
 from policies.protocol import Policy
-from policies.stretch import MIN_RUN_STEPS, run_aggregates
+from policies.stretch import run_aggregates
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.request import Request, Status
@@ -171,9 +171,6 @@ def simulate(
         if plan is None:
             return 0
         parts = plan.parts()
-        num_planned = sum(part.num_steps for part in parts)
-        if num_planned < MIN_RUN_STEPS:
-            return 0
         start = state["now"]
         runs = (run for part in parts for run in part.runs())
         if priced_one_by_one is not None:
@@ -199,8 +196,8 @@ def simulate(
             add_end(clock)
             add_taken(duration)
         num_steps = len(ends)
-        if num_steps < MIN_RUN_STEPS:
-            return 0
+        if not num_steps:
+            return 0  # an arrival comes first
         yield from _wait_until(env, ends[-1])
         state["now"] = ends[-1]
         starts = [start, *ends[:-1]]
@@ -223,13 +220,15 @@ def simulate(
         policy.begin_stretch(part, starts[0])
         chunk = part.chunk
         completes = part.reaches_tail(num_steps)  # its last step completes the prompt
-        if num_steps == 1:  # one step (a prefill step before decodes): one row, as a single step's
+        if num_steps == 1:  # one step (a run cut short, or a prefill step before decodes): one row, as a single step's
             first_step = policy.num_steps
-            release_turns(policy.apply_stretch(part, ends), ends[-1])
             num_decodes = len(part.decoders)
+            # Read before the step: a newcomer whose whole prompt ran has an output after it.
+            num_selected = num_decodes + completes + part.newcomer_selects
+            release_turns(policy.apply_stretch(part, ends), ends[-1])
             log.append((
                 first_step, starts[0], taken[0], part.num_seqs, (part.tail if completes else chunk) + part.newcomer_chunk,
-                num_decodes, num_decodes + completes + part.newcomer_selects, *state_after(), 0, 0, 0, 0,
+                num_decodes, num_selected, *state_after(), 0, 0, 0, 0,
             ))
             return
         num_waiting_before = len(policy.waiting)

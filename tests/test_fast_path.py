@@ -286,3 +286,28 @@ def test_the_last_chunk_admits_the_next_prompt_in_the_run(monkeypatch):
     assert frames[0][2] == frames[1][2]
     (joined,) = [stretch for stretch, _ in applied if stretch.newcomer is not None]
     assert (joined.prefill.request_id, joined.tail, joined.newcomer.request_id, joined.newcomer_chunk) == (1, 6, 2, 10)
+
+
+@pytest.mark.parametrize("second_arrival", [0.0001, 0.008])
+def test_a_newcomer_whose_whole_prompt_runs_beside_the_last_chunk(monkeypatch, second_arrival):
+    """Request 1 arrives while request 0 (250 positions, 96 a step) is prefilled: the step of
+    request 0's last chunk admits it whole, so both select an output in it. Arriving during
+    the first chunk, the run takes one more chunk before that step; arriving during the second,
+    that step is the run (no chunk before it)."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    requests = [req(0, 0.0, 250, 5), req(1, second_arrival, 30, 5)]
+    frames = []
+    for fast in (False, True):
+        policy = make_policy("chunked_prefill", num_blocks=640, block_size=4, chunk_size=200, max_num_batched_tokens=96)
+        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
+        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
+    assert frames[1][1].loc[2, ["num_prefill_tokens", "num_selected"]].tolist() == [58 + 30, 2]
+    (joined,) = [stretch for stretch, _ in applied if stretch.newcomer is not None]
+    assert (joined.tail, joined.newcomer_chunk) == (58, 30)
