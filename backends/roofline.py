@@ -40,6 +40,8 @@ TRANSFER_MODES = ("serial", "overlap")
 CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel")
 
 _DEFAULT_TRANSFER_LATENCY_S = 10e-6
+# Shapes whose fixed step parts are kept at once (a bound on memory, far above what a run uses).
+_MAX_FIXED_SHAPES = 65536
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,9 @@ class RooflineCostModel:
             consts["_comm_fixed"] = num_allreduce * self.hardware.interconnect_latency_s
         for name, value in consts.items():
             object.__setattr__(self, name, value)
+        # A run's parts that do not grow with context, by (tokens, sequences, selecting): runs of
+        # one shape recur (a batch of n decodes, the same chunk beside them) far more than they vary.
+        object.__setattr__(self, "_fixed_by_shape", {})
 
     # --- the contract -------------------------------------------------------------------------
 
@@ -172,8 +177,7 @@ class RooflineCostModel:
         attn_step = 2 * n + 2 * q * q
         kv_positions = shape.decode_context + shape.prefill_context + n + q + fresh
         kv_step = n + q
-        dense, _, comm, overhead = self._parts(n + q + fresh, shape.num_seqs, shape.num_selecting, attn_work,
-                                               kv_positions, max)
+        dense, comm, overhead = self._fixed_parts(n + q + fresh, shape.num_seqs, shape.num_selecting)
         per_work = self._attn_flops_per_work
         per_position = self._kv_bytes_per_pos
         compute_rate, mem_rate = self._compute_rate, self._mem_rate
@@ -183,6 +187,17 @@ class RooflineCostModel:
             yield dense + attention + comm + overhead
             attn_work += attn_step
             kv_positions += kv_step
+
+    def _fixed_parts(self, num_tokens: int, num_seqs: int, num_selecting: int) -> tuple[float, float, float]:
+        """_parts' dense, comm and overhead terms (they do not depend on context), kept by shape."""
+        key = (num_tokens, num_seqs, num_selecting)
+        fixed = self._fixed_by_shape.get(key)
+        if fixed is None:
+            if len(self._fixed_by_shape) >= _MAX_FIXED_SHAPES:
+                self._fixed_by_shape.clear()
+            dense, _, comm, overhead = self._parts(num_tokens, num_seqs, num_selecting, 0, 0, max)
+            fixed = self._fixed_by_shape[key] = (dense, comm, overhead)
+        return fixed
 
     def transfer_time(self, plan: StepPlan) -> float:
         """Swap-in plus swap-out: per direction one latency and blocks x block bytes / link rate."""
