@@ -118,6 +118,10 @@ class RooflineCostModel:
         # one shape recur (a batch of n decodes, the same chunk beside them) far more than they vary.
         object.__setattr__(self, "_fixed_by_shape", {})
 
+    def __getstate__(self) -> dict:
+        # The shape cache is rebuilt as runs are priced: a copy need not carry it.
+        return {**self.__dict__, "_fixed_by_shape": {}}
+
     # --- the contract -------------------------------------------------------------------------
 
     def step_time(self, plan: StepPlan) -> float:

@@ -94,7 +94,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         # holds for them) without a pass over the batch: set where a step or a run ends, from
         # what it did; 0 (unknown) while a step is planned.
         self._num_known_decoding = 0
-        self._decoding_before_step = False
+        self._all_decoding_before_step = False
         self._now = 0.0
         self._plan: _PlanBuilder | None = None
         self.host_prefix: HostPrefixCache | None = None
@@ -119,7 +119,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
     def schedule(self, now: float) -> StepPlan | None:
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
-        self._decoding_before_step = self._num_known_decoding == len(self.running)
+        self._all_decoding_before_step = self._num_known_decoding == len(self.running)
         self._num_known_decoding = 0
         self._plan = _PlanBuilder()
         self._fill(now)
@@ -163,7 +163,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         for request in done:
             self._finish(request, now + self.options.delivery_s)
         # Requests outside the plan are as they were; those in it decode now if each selected.
-        if self._decoding_before_step and plan.num_selecting == len(plan.seqs):
+        if self._all_decoding_before_step and plan.num_selecting == len(plan.seqs):
             self._num_known_decoding = len(self.running)
         return done
 

@@ -110,28 +110,30 @@ class ChunkedPrefillPolicy(BasePolicy):
     def _prefill_stretch(self, prefill: Request, decoders: list[Request], *, admits: bool = False) -> Stretch | None:
         """Every decode beside `prefill`'s chunks (from its admission, when `admits`: it heads
         the queue and the first step admits it, as `_run_prefill_chunks` would), and the
-        decodes that follow its last chunk when that chunk is in the run."""
+        decodes that follow its last chunk when that chunk is in the run. When only the last
+        chunk is left and a request waits, the step of that chunk with the newcomer's first."""
         # The checks that cost O(1) first: most calls end at one of them.
         budget_left = self.options.max_num_batched_tokens - len(decoders)
         chunk = min(self.chunk_size, budget_left)
         if chunk < 1 or (admits and len(decoders) >= self.options.max_num_seqs):
             return None
         num_waiting = len(self.waiting) - (1 if admits else 0)
-        if num_waiting and chunk < budget_left and len(decoders) + 1 < self.options.max_num_seqs:
-            return None  # budget left beside the chunk: a waiting request could be admitted
         pending = prefill.num_tokens - prefill.num_processed
+        recompute = prefill.num_outputs > 0
+        # The last chunk is all that is left, and a request waits to join its step: that step
+        # alone, planned below (its own checks decide who else could join).
+        last_chunk_only = num_waiting > 0 and pending <= chunk and not recompute and not admits
+        if num_waiting and chunk < budget_left and len(decoders) + 1 < self.options.max_num_seqs \
+                and not last_chunk_only:
+            return None  # budget left beside the chunk: a waiting request could be admitted
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
         # With nothing waiting, the step of that last chunk is certain too: nothing joins it. Only
         # for a first prefill: a recompute's last chunk may be one position past the prompt,
         # which a step counts as a decode (so would one-position chunks; they are not taken).
-        recompute = prefill.num_outputs > 0
         if recompute and (chunk == 1 or admits):
             return None
         tail = 0 if num_waiting or recompute else pending - num_steps * chunk
         total = num_steps + (1 if tail else 0)
-        # No step before the last chunk, and a request waits: the step of that chunk and the
-        # newcomer's first, alone (see below).
-        last_chunk_only = total < 1 and num_waiting and not recompute and not admits
         if (total < 1 and not last_chunk_only) or prefill.request_id in self._preempted_at:
             return None
         if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):  # decoders: a prefix of running

@@ -43,7 +43,8 @@ class Policy(Protocol):
     def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[int | list[int], int | list[int],
                                                                              list[int], list[int]]:
         """Step-record counts of a stretch's first steps: decoders in each, and after each but
-        the last, requests running, blocks in use and resident tokens."""
+        the last, requests running, blocks in use and resident tokens (the first two as single
+        numbers when no decoder leaves before the last step)."""
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete a stretch's first len(step_ends) steps at once; return requests that finished."""

@@ -95,8 +95,8 @@ class BlockCounter(BlockArithmetic):
         bs = self.block_size
         first_new, tables = self._first_new, self.num_table_blocks
         if num_steps <= bs:
-            # At most one new block each, for those whose first comes within the run: found in C
-            # passes (the usual case: runs end at arrivals long before a block fills twice).
+            # At most one new block each, for those whose first comes within the run (the usual
+            # case: runs end at arrivals long before a block fills twice); they are found in C.
             growing = list(compress(request_ids, map(ge, repeat(num_steps), firsts)))
             if len(growing) > self._free:
                 raise MemoryError(f"decode steps need {len(growing)} blocks, {self._free} free")

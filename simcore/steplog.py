@@ -53,10 +53,11 @@ class StepLog:
         # step, or one per run of equal values) and `counts` (each value's number of steps; None
         # for per-step columns). `order` keeps the sequence: +n for a run of n steps, -k for k
         # single steps in a row. A sealed chunk interleaves the two by it.
-        self.rows: list[tuple] = []
-        self.values: list[list] = []
-        self.counts: list[list | None] = []
-        self.order: list[int] = []
+        self.rows: list[tuple]
+        self.values: list[list]
+        self.counts: list[list | None]
+        self.order: list[int]
+        self._num_buffered: int
         self._reset_buffers()
         self.chunks: list[dict[str, np.ndarray]] = []
         self.num_rows = 0

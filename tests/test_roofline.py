@@ -287,3 +287,19 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
             assert (grouped.num_batched_tokens, grouped.num_prefill_tokens, grouped.num_decode_tokens,
                     grouped.num_selecting) == (explicit.num_batched_tokens, explicit.num_prefill_tokens,
                                                explicit.num_decode_tokens, explicit.num_selecting)
+
+
+def test_a_copy_prices_the_same_and_starts_without_the_shape_cache():
+    import pickle
+    from itertools import islice
+
+    from simcore.plan import RunShape
+
+    cm = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    shape = RunShape(3, 300, 16, 40)
+    before = list(islice(cm.iter_step_times(shape), 4))
+    assert cm._fixed_by_shape  # the run's fixed parts are kept
+    copy = pickle.loads(pickle.dumps(cm))
+    assert copy == cm and not copy._fixed_by_shape
+    assert list(islice(copy.iter_step_times(shape), 4)) == before
+    assert list(islice(cm.iter_step_times(shape), 4)) == before  # priced again from the cache
