@@ -7,6 +7,7 @@ one (gap, count) pair stands for the whole batch. Percentiles are those of the e
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections import Counter
 
@@ -74,11 +75,29 @@ class _SortedWeighted:
 
 
 def weighted_stats(values: np.ndarray, weights: np.ndarray, percentiles: tuple[int, ...]) -> dict[str, float]:
-    total = weights.sum()
-    mean = float((values * weights).sum() / total)
-    var = float((weights * (values - mean) ** 2).sum() / total)
+    mean, std = mean_and_std(values, weights)
     ranked = _SortedWeighted(values, weights)
-    out = {"mean": mean, "median": ranked.percentile(50), "std": var**0.5}
+    out = {"mean": mean, "median": ranked.percentile(50), "std": std}
     for p in percentiles:
         out[f"p{p}"] = ranked.percentile(p)
     return out
+
+
+def mean_and_std(values: np.ndarray, weights: np.ndarray | None = None) -> tuple[float, float]:
+    """Mean and standard deviation (weighted, if weights are given) of finite values, however
+    large: where sums or squares would pass the float range, they are taken on the values
+    scaled down by the largest (the same figures as plain numpy everywhere else)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, std = _plain_mean_and_std(values, weights)
+        if not (math.isfinite(mean) and math.isfinite(std)) and values.size and np.isfinite(values).all():
+            scale = float(np.abs(values).max())
+            mean, std = (scale * figure for figure in _plain_mean_and_std(values / scale, weights))
+    return mean, std
+
+
+def _plain_mean_and_std(values: np.ndarray, weights: np.ndarray | None) -> tuple[float, float]:
+    if weights is None:
+        return float(np.mean(values)), float(np.std(values))
+    total = weights.sum()
+    mean = float((values * weights).sum() / total)
+    return mean, float((weights * (values - mean) ** 2).sum() / total) ** 0.5

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from simcore.itl import ItlLog, weighted_stats
+from simcore.itl import ItlLog, mean_and_std, weighted_stats
 from simcore.request import Request
 
 PERCENTILES = (50, 90, 95, 99)
@@ -72,7 +72,8 @@ def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
 
 
 def _stats(prefix: str, values_s: np.ndarray, out: dict, weights: np.ndarray | None = None) -> None:
-    ms = np.asarray(values_s, dtype=float) * 1000.0
+    with np.errstate(over="ignore"):  # seconds past the float range in ms are inf, as they read
+        ms = np.asarray(values_s, dtype=float) * 1000.0
     keep = ~np.isnan(ms)
     if not keep.all():
         ms = ms[keep]
@@ -91,9 +92,10 @@ def _stats(prefix: str, values_s: np.ndarray, out: dict, weights: np.ndarray | N
         for p in PERCENTILES:
             out[f"p{p}_{prefix}_ms"] = None
         return
-    out[f"mean_{prefix}_ms"] = float(np.mean(ms))
+    mean, std = mean_and_std(ms)
+    out[f"mean_{prefix}_ms"] = mean
     out[f"median_{prefix}_ms"] = float(np.median(ms))
-    out[f"std_{prefix}_ms"] = float(np.std(ms))
+    out[f"std_{prefix}_ms"] = std
     for p in PERCENTILES:
         out[f"p{p}_{prefix}_ms"] = float(np.percentile(ms, p))
 
