@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 import pyarrow as pa
 
-from simcore.metrics import request_frame
+from simcore.metrics import request_columns, request_frame
 from simcore.request import Request
 
 
@@ -21,7 +21,7 @@ class RequestSink:
         if self._frame is not None:
             raise RuntimeError("rows added after the sink's frame was taken")
         if requests:
-            self.tables.append(pa.Table.from_pandas(request_frame(requests), preserve_index=False))
+            self.tables.append(pa.table(request_columns(requests)))
             self.num_rows += len(requests)
 
     def frame(self) -> pd.DataFrame:
