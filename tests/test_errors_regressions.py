@@ -208,3 +208,23 @@ def test_gamma_cv_that_would_overflow_the_shape_is_a_config_error(cv):
     data = with_changes(**{"workload.arrivals": {"kind": "gamma", "rate": 1.0, "cv": cv}})
     with pytest.raises(ConfigError, match="cv"):
         parse_experiment(data, source="exp.yaml")
+
+
+@pytest.mark.parametrize("workload,where", [
+    # Found by test_fuzz_config: exp() of a huge sigma overflowed to inf think times, and the run
+    # ended with "the run cannot finish" (turns that never arrive) after numpy warnings.
+    ({"sessions": {"num_sessions": 3, "turns": {"kind": "fixed", "value": 3},
+                   "think_time_s": {"kind": "lognormal", "median": 2.0, "sigma": 1e300}}},
+     "workload.sessions.think_time_s"),
+    # Finite but huge gaps whose running sum passes the float range.
+    ({"arrivals": {"kind": "constant", "rate": 1e-308}}, "workload.arrivals"),
+])
+def test_times_past_the_float_range_are_a_config_error(workload, where):
+    import warnings
+
+    data = copy.deepcopy(BASE)
+    data["workload"] = {**data["workload"], **workload}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warning on the way
+        with pytest.raises(ConfigError, match=f"{where}: .* overflow the float range"):
+            run(data)

@@ -32,12 +32,15 @@ def burst_arrivals(at: float, num_requests: int) -> np.ndarray:
 
 def sample_arrivals(spec: ArrivalSpec, num_requests: int, rng: np.random.Generator) -> np.ndarray:
     """Arrival times for `num_requests` requests following `spec`."""
-    if isinstance(spec, PoissonArrivals):
-        return poisson_arrivals(spec.rate, num_requests, rng)
-    if isinstance(spec, GammaArrivals):
-        return gamma_arrivals(spec.rate, spec.cv, num_requests, rng)
-    if isinstance(spec, ConstantArrivals):
-        return constant_arrivals(spec.rate, num_requests)
-    if isinstance(spec, BurstArrivals):
-        return burst_arrivals(spec.at, num_requests)
+    # A tiny rate can put times past the float range: they become inf, which the workload
+    # builder reports as a config error (a warning here would only add noise).
+    with np.errstate(over="ignore", invalid="ignore"):
+        if isinstance(spec, PoissonArrivals):
+            return poisson_arrivals(spec.rate, num_requests, rng)
+        if isinstance(spec, GammaArrivals):
+            return gamma_arrivals(spec.rate, spec.cv, num_requests, rng)
+        if isinstance(spec, ConstantArrivals):
+            return constant_arrivals(spec.rate, num_requests)
+        if isinstance(spec, BurstArrivals):
+            return burst_arrivals(spec.at, num_requests)
     raise TypeError(f"unknown arrival spec {spec!r}")

@@ -74,7 +74,25 @@ def _build(spec: WorkloadSpec, *, seed: int, base_dir: Path, source: str | None)
             table = table.iloc[: spec.num_requests]
     else:
         table = synthetic_table(spec, seed)
+    think_where = "workload.trace.think_time_s" if spec.trace is not None else "workload.sessions.think_time_s"
+    _check_times_finite(table, source, think_where)
     return Workload(to_requests(table, max_tokens=spec.max_tokens), notes)
+
+
+def _check_times_finite(table: pd.DataFrame, source: str | None, think_where: str) -> None:
+    """Arrival and think times past the float range (a huge sigma or scale, or their running
+    sums) would leave requests that never arrive: say so instead. Think times first: turns'
+    arrivals add them up."""
+    checks = (("think_time_s", think_where), ("arrival_s", "workload.arrivals"))
+    for column, where in checks:
+        if column not in table:
+            continue
+        times = table[column].to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(times)
+        if bad.any():
+            raise ConfigError(f"{int(bad.sum())} of {len(times)} sampled times overflow the float range",
+                              source=source, where=where, expected="finite times in seconds (a smaller scale or "
+                              "spread)", found=float(times[bad][0]))
 
 
 def synthetic_table(spec: WorkloadSpec, seed: int) -> pd.DataFrame:

@@ -14,7 +14,8 @@ def sample_durations(spec: DurationDist, num: int, rng: np.random.Generator) -> 
     if isinstance(spec, UniformDuration):
         return rng.uniform(spec.low, spec.high, num)
     if isinstance(spec, LognormalDuration):
-        draws = spec.median * np.exp(spec.sigma * rng.standard_normal(num))
+        with np.errstate(over="ignore"):  # a huge sigma overflows to inf: clipped by max, else reported
+            draws = spec.median * np.exp(spec.sigma * rng.standard_normal(num))
         return draws if spec.max is None else np.minimum(draws, spec.max)
     if isinstance(spec, ExponentialDuration):
         return rng.exponential(spec.mean, num)

@@ -56,9 +56,10 @@ def session_table(
     sessions, turn = turn_index(turn_counts)
     first = np.flatnonzero(turn == 0)
     think = np.where(turn == 0, 0.0, think_s)
-    elapsed = np.cumsum(think)
-    # Think times are >= 0, so the running sum never decreases and turns stay in order.
-    arrival = starts[sessions] + (elapsed - elapsed[first][sessions])
+    with np.errstate(over="ignore", invalid="ignore"):  # sums past the float range: reported by the builder
+        elapsed = np.cumsum(think)
+        # Think times are >= 0, so the running sum never decreases and turns stay in order.
+        arrival = starts[sessions] + (elapsed - elapsed[first][sessions])
 
     # The context carries what the user actually saw: the output capped by max_tokens.
     shown = output_lens if max_tokens is None else np.minimum(output_lens, max_tokens)
