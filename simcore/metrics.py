@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,11 +29,14 @@ def ttft_parts(queue_s: float, prefill_s: float, delivery_s: float) -> float:
     return queue_s + prefill_s + delivery_s
 
 
-def tpot(first_token_s: float, last_token_s: float, num_outputs: int) -> float:
-    """Eq. 21.5: mean time per output token after the first; NaN for a one-token response."""
-    if num_outputs < 2:
-        return math.nan
-    return (last_token_s - first_token_s) / (num_outputs - 1)
+def tpot(first_token_s: Any, last_token_s: Any, num_outputs: Any) -> Any:
+    """Eq. 21.5: mean time per output token after the first; NaN for a one-token response.
+    Numbers give a float; arrays (one entry per request) give an array."""
+    outputs = np.asarray(num_outputs)
+    with np.errstate(invalid="ignore"):  # NaN times stay NaN
+        per_token = np.where(outputs >= 2, (np.asarray(last_token_s) - first_token_s) / np.maximum(outputs - 1, 1),
+                             math.nan)
+    return float(per_token) if per_token.ndim == 0 else per_token
 
 
 def output_throughput(num_output_tokens: int, duration_s: float) -> float:
@@ -70,9 +74,6 @@ def request_columns(requests: Sequence[Request]) -> dict[str, list | np.ndarray]
     first, last = times("first_token_s"), times("last_token_s")
     num_outputs = column("num_outputs")
     arrivals = np.array(arrival, dtype=np.float64)
-    outputs = np.array(num_outputs, dtype=np.int64)
-    with np.errstate(invalid="ignore"):  # NaN times stay NaN
-        per_token = np.where(outputs >= 2, (last - first) / np.maximum(outputs - 1, 1), math.nan)
     return {
         "request_id": column("request_id"), "status": [status.value for status in column("status")],
         "reject_reason": column("reject_reason"), "arrival_s": arrival, "prompt_len": column("prompt_len"),
@@ -80,7 +81,8 @@ def request_columns(requests: Sequence[Request]) -> dict[str, list | np.ndarray]
         "first_scheduled_s": scheduled, "prefill_done_s": prefill_done, "first_token_s": first,
         "last_token_s": last, "finish_s": times("finish_s"),
         "queue_s": scheduled - arrivals, "prefill_s": prefill_done - scheduled, "delivery_s": first - prefill_done,
-        "ttft_s": first - arrivals, "tpot_s": per_token, "e2el_s": last - arrivals,
+        "ttft_s": first - arrivals, "tpot_s": tpot(first, last, np.array(num_outputs, dtype=np.int64)),
+        "e2el_s": last - arrivals,
         "num_preemptions": column("num_preemptions"), "num_swaps": column("num_swaps"),
         "num_cached_prefix_tokens": column("num_cached_prefix"),
         "num_prefix_query_tokens": column("num_prefix_query_tokens"),

@@ -113,11 +113,6 @@ class StepLog:
         if self._num_buffered >= CHUNK_ROWS:
             self._seal()
 
-    @property
-    def num_buffered(self) -> int:
-        """Steps not yet sealed into a chunk."""
-        return self._num_buffered
-
     def _reset_buffers(self) -> None:
         self.rows = []
         self.values = [[] for _ in STEP_COLUMNS]

@@ -43,22 +43,26 @@ def run(data: dict):  # noqa: ANN201
 # --- fixed --------------------------------------------------------------------------------------
 
 
+def _csv_trace_fails(folder: Path, text: str, match: str) -> None:
+    """A generic CSV trace with these rows is a ConfigError whose message matches."""
+    (folder / "t.csv").write_text(text)
+    spec = parse_workload({"trace": {"path": "t.csv", "format": "csv"}})
+    with pytest.raises(ConfigError, match=match):
+        build_requests(spec, seed=0, base_dir=folder)
+
+
 @pytest.mark.parametrize("cell", ["1e30", "99999999999999999999999", "9.3e18"])
 def test_huge_trace_token_counts_are_a_config_error(tmp_path, cell):
     """Was: int64 overflow to a negative prompt_len, then a ValueError traceback from Request."""
-    (tmp_path / "t.csv").write_text(f"arrival_s,prompt_len,output_len\n0,10,5\n1,{cell},5\n")
-    spec = parse_workload({"trace": {"path": "t.csv", "format": "csv"}})
-    with pytest.raises(ConfigError, match=r"t.csv: row 2, column 'prompt_len': bad token count; expected at most"):
-        build_requests(spec, seed=0, base_dir=tmp_path)
+    _csv_trace_fails(tmp_path, f"arrival_s,prompt_len,output_len\n0,10,5\n1,{cell},5\n",
+                     r"t.csv: row 2, column 'prompt_len': bad token count; expected at most")
 
 
 @pytest.mark.parametrize("cell", ["", "inf", "nan"])
 def test_a_missing_prefix_length_is_a_config_error(tmp_path, cell):
     """Was: `int(nan)` raised a ValueError traceback (found by tests/test_fuzz_traces.py)."""
-    (tmp_path / "t.csv").write_text(f"arrival_s,prompt_len,output_len,prefix_len,prefix_key\n0,4,1,{cell},sys\n")
-    spec = parse_workload({"trace": {"path": "t.csv", "format": "csv"}})
-    with pytest.raises(ConfigError, match=r"t.csv: row 1, column 'prefix_len': bad prefix length; expected a whole"):
-        build_requests(spec, seed=0, base_dir=tmp_path)
+    _csv_trace_fails(tmp_path, f"arrival_s,prompt_len,output_len,prefix_len,prefix_key\n0,4,1,{cell},sys\n",
+                     r"t.csv: row 1, column 'prefix_len': bad prefix length; expected a whole")
 
 
 @pytest.mark.parametrize(("name", "fmt"), [("t.jsonl", "jsonl"), ("m.jsonl", "mooncake"), ("s.json", "sharegpt")])

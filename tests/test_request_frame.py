@@ -10,7 +10,7 @@ import pytest
 from backends.constant import ConstantCostModel
 from policies.registry import make_policy
 from simcore.engine import RunLimits, simulate
-from simcore.metrics import REQUEST_COLUMNS, request_frame, tpot
+from simcore.metrics import REQUEST_COLUMNS, request_frame
 from tests.helpers import req
 from tests.test_fast_path import workload
 
@@ -28,7 +28,7 @@ def _rows_one_by_one(requests) -> pd.DataFrame:
             r.request_id, r.status.value, r.reject_reason, r.arrival_s, r.prompt_len, r.num_target_outputs,
             r.num_outputs, scheduled, prefill_done, first, last, time(r.finish_s),
             scheduled - r.arrival_s, prefill_done - scheduled, first - prefill_done, first - r.arrival_s,
-            tpot(first, last, r.num_outputs), last - r.arrival_s,
+            (last - first) / (r.num_outputs - 1) if r.num_outputs >= 2 else math.nan, last - r.arrival_s,
             r.num_preemptions, r.num_swaps, r.num_cached_prefix, r.num_prefix_query_tokens,
             r.num_prefix_hit_tokens, r.num_recomputed_tokens, r.swap_delay_s, r.recompute_delay_s,
             r.session_id, r.turn, r.cache_salt, r.adapter_id,
