@@ -184,23 +184,24 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         requests = list(map(self.by_id.__getitem__, group.request_ids))
         delivered = now + self.options.delivery_s
         gaps.extend([delivered - t for t in map(last_token_of, requests)])
-        caching = self.bm.enable_prefix_caching
         preempted = self._preempted_at
-        if caching or preempted:
+        if self.bm.enable_prefix_caching:
             for request in requests:
                 before = request.num_processed
                 request.num_processed = before + 1
                 request.num_outputs += 1
                 request.last_token_s = delivered
-                if caching:
-                    self._register_full_blocks(request, before)
-                if preempted and request.request_id in preempted:
-                    self._note_resumed(request, now)
+                self._register_full_blocks(request, before)
         else:
             for request in requests:
                 request.num_processed += 1
                 request.num_outputs += 1
                 request.last_token_s = delivered
+        if preempted:
+            # Under memory pressure some victim is nearly always waiting: look up the few that
+            # decode here rather than test every request (each only updates its own delays).
+            for request_id in preempted.keys() & group.request_ids:
+                self._note_resumed(self.by_id[request_id], now)
         self.num_resident_tokens += len(requests)
         if steps_to_first_finish(requests) <= 0:
             done.extend(r for r in requests if r.num_outputs >= r.num_target_outputs)

@@ -147,7 +147,7 @@ class ChunkedPrefillPolicy(BasePolicy):
             return self._last_chunk_with_newcomer(before, pending)
         if admits:
             # Admission's own check, after the step's decodes took their blocks (as _try_admit).
-            decode_blocks = sum(1 for first in firsts if first <= 1)
+            decode_blocks = firsts.count(1)  # a step's decode needs a block where its first is 1 (firsts are >= 1)
             need = self.bm.blocks_for(min(pending, chunk))
             if not self.bm.can_allocate(decode_blocks + need, reserve=self.num_watermark_blocks()):
                 return None
@@ -184,7 +184,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         # Blocks: the decodes' over both, the prompt's, then the newcomer's, which admission
         # takes only while the watermark stays free.
         taken, firsts, _ = self._blocks_after(stretch, pending)
-        taken += sum(1 for first in firsts if first <= 1) + self.bm.blocks_for(new_chunk)
+        taken += firsts.count(1) + self.bm.blocks_for(new_chunk)  # firsts are >= 1
         if not self.bm.can_allocate(taken, reserve=self.num_watermark_blocks()):
             return None
         return Stretch(1, stretch.decoders, stretch.decode_ids, firsts, stretch.decode_context + num_steps * num_decodes,

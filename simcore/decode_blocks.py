@@ -7,6 +7,9 @@ steps after that.
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import ge
+
 
 def first_new_block_step(capacity: int, stored: int) -> int:
     return capacity - stored + 1
@@ -29,6 +32,12 @@ def blocks_taken_by(firsts: list[int], num_positions: int, block_size: int) -> i
 
 def after_storing_each(firsts: list[int], num_positions: int, block_size: int) -> tuple[int, list[int]]:
     """after_storing for many requests at once: (blocks taken in all, each one's next first)."""
+    if num_positions <= block_size:
+        # At most one new block each, as firsts are >= 1 (the usual case: runs end at arrivals
+        # long before a block fills twice): one pass, and the count in C.
+        shifted = [first - num_positions if first > num_positions else first - num_positions + block_size
+                   for first in firsts]
+        return sum(map(ge, repeat(num_positions), firsts)), shifted
     needs = [(num_positions - first) // block_size + 1 if first <= num_positions else 0 for first in firsts]
     return sum(needs), [first - num_positions + need * block_size for first, need in zip(firsts, needs)]
 
