@@ -57,6 +57,17 @@ def test_zipf_choice_favours_low_ranks():
     assert counts["pfx:0"] > counts["pfx:1"] > counts["pfx:4"]
 
 
+def test_zipf_choice_with_a_huge_exponent_puts_everything_on_the_first_without_warnings():
+    # Found by the config fuzzer: k^s overflowed with a RuntimeWarning; the limit is exact.
+    import warnings
+
+    spec = PrefixSpec(num_prefixes=5, prefix_len={"kind": "fixed", "value": 4}, choice={"kind": "zipf", "s": 1e6})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        probs = choice_probabilities(spec)
+    assert list(probs) == [1.0, 0.0, 0.0, 0.0, 0.0]
+
+
 def test_uniform_choice_is_even():
     requests = build({"num_prefixes": 4, "prefix_len": {"kind": "fixed", "value": 4}})
     counts = Counter(r.segments[0][0] for r in requests)

@@ -20,7 +20,9 @@ NO_PREFIX = -1
 def choice_probabilities(spec: PrefixSpec) -> np.ndarray:
     """Probability of picking each prefix: equal, or Zipf-like 1/(k+1)^s over the finite pool."""
     if isinstance(spec.choice, ZipfChoice):
-        weights = 1.0 / np.arange(1, spec.num_prefixes + 1, dtype=np.float64) ** spec.choice.s
+        # A huge exponent overflows k^s to inf for k >= 2: weight 0, the limit (all on the first).
+        with np.errstate(over="ignore"):
+            weights = 1.0 / np.arange(1, spec.num_prefixes + 1, dtype=np.float64) ** spec.choice.s
         return weights / weights.sum()
     return np.full(spec.num_prefixes, 1.0 / spec.num_prefixes)
 
