@@ -64,6 +64,14 @@ def test_jsonl_errors_name_the_line(tmp_path):
     assert "y.jsonl: line 1, column 'prefix_len': bad prefix length" in text
 
 
+def test_text_prompt_len_beside_a_row_that_derives_it(tmp_path):
+    """Found by the trace fuzzer: when every given prompt_len is text, the column is a string
+    dtype, and filling the missing one from the token ids raised a pandas TypeError."""
+    text = error(tmp_path, "t.jsonl", '{"arrival_s": 0, "prompt_len": "x", "output_len": 3}\n'
+                                      '{"arrival_s": 1, "prompt_token_ids": [1, 2, 3], "output_len": 3}\n')
+    assert "t.jsonl: line 1, column 'prompt_len': not a number, found 'x'" in text
+
+
 def test_azure_bad_header_and_timestamp(tmp_path):
     path = tmp_path / "a.csv"
     path.write_text("TIMESTAMP,ContextTokens,Generated\n2023-11-16 18:15:46.6805900,3,4\n")

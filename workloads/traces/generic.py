@@ -100,7 +100,9 @@ def _content_columns(
     ids = _per_row(frame, names["prompt_token_ids"], header, rows, source, unit, _token_ids)
     segs = _per_row(frame, names["segments"], header, rows, source, unit, _segments)
     if names["prompt_len"] in header:
-        given = frame[names["prompt_len"]].copy()
+        # Object cells, so a row's derived count can fill a missing one whatever the column holds
+        # (a column of text cells is a string dtype, which refuses an integer).
+        given = frame[names["prompt_len"]].astype(object)
     else:
         given = pd.Series([np.nan] * num, dtype=object)
     label = names["prompt_len"]
