@@ -119,6 +119,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
     def schedule(self, now: float) -> StepPlan | None:
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
+        self._carry = None  # the step may change any running request
         self._all_decoding_before_step = self._num_known_decoding == len(self.running)
         self._num_known_decoding = 0
         self._plan = _PlanBuilder()
@@ -539,6 +540,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         if known > len(self.running) or (known and not self._all_decoding(self.running[:known])):
             raise AssertionError(f"the first {known} of {len(self.running)} running requests are taken "
                                  "to be decoding, and are not")
+        self._check_carry()
         positions = self.bm.num_positions
         for request in self.running:
             if request.num_pending < 1:
@@ -555,6 +557,22 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
                 raise AssertionError(f"waiting request {request.request_id} still holds blocks")
         if self.hasher is not None and self.bm.enable_prefix_caching:
             self._check_salt_isolation()
+
+    def _check_carry(self) -> None:
+        """What the last run left for the next plan is what reading the batch would give."""
+        carry = self._carry
+        if carry is None:
+            return
+        requests = carry.requests
+        if self.running[:len(requests)] != requests or not self._all_decoding(requests):
+            raise AssertionError("the last run's decoders are not the decoding prefix of the running batch")
+        remaining = [r.num_target_outputs - r.num_outputs for r in requests]
+        figures = (carry.ids, carry.context, carry.to_finish)
+        if figures != (request_ids(requests), sum(map(num_processed_of, requests)), min(remaining)):
+            raise AssertionError(f"the last run's decoders carry {figures[1:]}, not what the batch gives")
+        steps_left = carry.steps_left()
+        if steps_left is not None and steps_left != remaining:
+            raise AssertionError("the last run's decoders carry wrong steps to their last outputs")
 
     def check_drained(self) -> None:
         """After a run that finished everything: no block held in either tier (no leaks)."""

@@ -136,14 +136,18 @@ class ChunkedPrefillPolicy(BasePolicy):
         total = num_steps + (1 if tail else 0)
         if (total < 1 and not last_chunk_only) or prefill.request_id in self._preempted_at:
             return None
-        if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):  # decoders: a prefix of running
-            return None
-        to_finish = steps_to_first_finish(decoders) if decoders else total + 1
-        ids = request_ids(decoders)
+        carry = self._carried(decoders)
+        if carry is not None:
+            to_finish, ids, context = carry.to_finish, carry.ids, carry.context
+        else:
+            if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):  # a prefix of running
+                return None
+            to_finish = steps_to_first_finish(decoders) if decoders else total + 1
+            ids = request_ids(decoders)
+            context = sum(map(num_processed_of, decoders))
         firsts = self.bm.first_new_block_steps(ids)
         if last_chunk_only:
-            before = Stretch(0, decoders, ids, firsts, sum(map(num_processed_of, decoders)), to_finish, prefill,
-                             chunk, prefill.num_processed)
+            before = Stretch(0, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed)
             return self._last_chunk_with_newcomer(before, pending)
         if admits:
             # Admission's own check, after the step's decodes took their blocks (as _try_admit).
@@ -154,7 +158,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         limit = self._steps_with_blocks(firsts, prefill, chunk, min(total, to_finish), pending)
         if limit < 1:
             return None
-        stretch = Stretch(limit, decoders, ids, firsts, sum(map(num_processed_of, decoders)), to_finish,
+        stretch = Stretch(limit, decoders, ids, firsts, context, to_finish,
                           prefill, chunk, prefill.num_processed, tail=tail if limit == total else 0, admits=admits)
         if stretch.tail and to_finish > limit and prefill.num_target_outputs > 1:
             stretch.then = self._decodes_after_prompt(stretch, pending)

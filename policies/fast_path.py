@@ -10,7 +10,7 @@ from __future__ import annotations
 from operator import attrgetter, sub
 from typing import Any
 
-from policies.stretch import Stretch
+from policies.stretch import Decoders, Stretch
 from simcore.decode_blocks import after_storing, after_storing_each, blocks_added_by_step, max_steps_within
 from simcore.request import Request
 
@@ -47,6 +47,9 @@ class StretchMixin:
     _num_known_decoding: int
     # Set by the engine: nothing outside the policy needs a run to stop at a finish.
     run_past_finishes: bool = False
+    # What the last run left of its decoders (see `_carried`); dropped by anything else that
+    # changes the batch (`schedule`, finishes).
+    _carry: Decoders | None = None
 
     def plan_stretch(self) -> Stretch | None:
         """The run of decode-only steps of the whole running batch that is certain to come next.
@@ -66,21 +69,57 @@ class StretchMixin:
             return None
         if self.waiting and self._may_admit_during_stretch():
             return None
-        # Each column read once: what the decoding check needs, the stretch needs too.
-        outputs = list(map(num_outputs_of, running))
-        context = sum(map(num_processed_of, running))
-        if len(running) > self._num_known_decoding and not self._all_decoding(running, outputs, context):
-            return None
-        ids = request_ids(running)
+        carry = self._carried(running)
+        if carry is not None:
+            ids, context, to_finish, remaining = carry.ids, carry.context, carry.to_finish, carry.steps_left()
+        else:
+            # Each column read once: what the decoding check needs, the stretch needs too.
+            outputs = list(map(num_outputs_of, running))
+            context = sum(map(num_processed_of, running))
+            if len(running) > self._num_known_decoding and not self._all_decoding(running, outputs, context):
+                return None
+            ids = request_ids(running)
+            remaining = list(map(sub, map(num_target_of, running), outputs))
+            to_finish = min(remaining)
         firsts = self.bm.first_new_block_steps(ids)
-        remaining = list(map(sub, map(num_target_of, running), outputs))
-        to_finish = min(remaining)
         if self.run_past_finishes and not self.waiting and self.can_run_past_finishes():
+            if remaining is None:
+                remaining = list(map(sub, map(num_target_of, running), map(num_outputs_of, running)))
             # Blocks are counted as if finished requests kept growing: never more than stepping needs.
             num_steps = self.bm.max_decode_steps(ids, max(remaining), firsts)
         else:
             num_steps, remaining = self.bm.max_decode_steps(ids, to_finish, firsts), None
         return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining)
+
+    def _carried(self, decoders: list[Request]) -> Decoders | None:
+        """What the last run left of `decoders` (a prefix of the running batch), when they are
+        the requests it advanced. Since that run, the batch has changed only by admissions,
+        which append to it (anything else drops the carry): so a prefix of the same length is
+        the same requests, and the last one is compared only to be safe."""
+        carry = self._carry
+        if carry is None or len(carry.ids) != len(decoders) or not decoders or carry.requests[-1] is not decoders[-1]:
+            return None
+        return carry
+
+    def _decoders_after(self, stretch: Stretch, num_steps: int, completes: bool) -> Decoders | None:
+        """What the first `num_steps` steps of `stretch` leave for the next plan (see
+        `Decoders`), when none of its requests finished: its decoders, and its prompt if
+        completed. None when there are none."""
+        n = len(stretch.decoders)
+        prompt = stretch.prefill if completes else None
+        if prompt is None:
+            if not n:
+                return None
+            return Decoders(stretch.decoders, stretch.decode_ids, stretch.decode_context + num_steps * n,
+                            stretch.steps_to_finish - num_steps, stretch.remaining, num_steps)
+        # The prompt now decodes after them (and has just selected its first output).
+        if self.running[n] is not prompt:
+            return None  # not next in the batch: the carry would not be a prefix of it
+        to_finish = prompt.num_target_outputs - 1
+        if n:
+            to_finish = min(to_finish, stretch.steps_to_finish - num_steps)
+        return Decoders([*stretch.decoders, prompt], [*stretch.decode_ids, prompt.request_id],
+                        stretch.decode_context + num_steps * n + prompt.num_processed, to_finish)
 
     def can_run_past_finishes(self) -> bool:
         """Whether a finish changes nothing for the requests still running but the batch size:
@@ -205,23 +244,22 @@ class StretchMixin:
         decodes = stretch.decodes_per_step(num_steps)
         bs = self.bm.block_size
         held = self.bm.num_table_blocks
+        firsts, ids = stretch.decode_firsts, stretch.decode_ids
+        # Blocks as if every decoder grew all along; block_change corrects for those that leave.
+        grown = blocks_added_by_step(firsts, bs, before)
         block_change = [0] * (before + 1)
         left = [0] * (before + 1)  # requests finished by each step
         released = [0] * (before + 1)  # their resident tokens
-        survivors = []
-        for request, rid, first, steps_left in zip(stretch.decoders, stretch.decode_ids, stretch.decode_firsts,
-                                                   stretch.remaining):
+        for steps_left, index, context in stretch.departures():
             if steps_left > before:
-                survivors.append(first)
-                continue
-            grown = 0
-            for step in range(first, steps_left + 1, bs):
-                block_change[step] += 1
-                grown += 1
-            block_change[steps_left] -= held[rid] + grown  # released whole at its last step
+                break  # in finish order: the rest stay to the last step
+            first = firsts[index]
+            num_grown = len(range(first, steps_left + 1, bs))  # blocks it takes up to its last step
+            for step in range(first + num_grown * bs, before + 1, bs):
+                block_change[step] -= 1  # counted in `grown`, never taken
+            block_change[steps_left] -= held[ids[index]] + num_grown  # released whole at its last step
             left[steps_left] += 1
-            released[steps_left] += request.num_processed + steps_left
-        grown = blocks_added_by_step(survivors, bs, before)
+            released[steps_left] += context + steps_left
         running_after, blocks_after, resident_after = [], [], []
         net_blocks = num_left = num_released = tokens = 0
         for j in range(1, before + 1):
@@ -251,11 +289,11 @@ class StretchMixin:
             gaps = list(map(sub, times[1:], times[:-1]))
             if departures:
                 at = 0
-                for steps, shape in stretch.runs(num_steps):
+                for steps, num_decodes, _ in stretch.decode_spans(num_steps):
                     # A span's first step follows the previous span's last: its gap is in `gaps`.
                     span = gaps[max(at - 1, 0):at + steps - 1]
                     if span:
-                        self.itl.add_run(span, shape.num_decodes)
+                        self.itl.add_run(span, num_decodes)
                     at += steps
             else:
                 self.itl.add_run(gaps, len(running))
@@ -312,6 +350,12 @@ class StretchMixin:
                 still_prefilling = newcomer
         self.num_steps += num_steps
         self._after_decode_steps()
+        # A request that decodes from this run's end on without being among its decoders (a
+        # newcomer whose whole prompt ran) is not in the carry: none then.
+        if done or (newcomer is not None and still_prefilling is not newcomer):
+            self._carry = None
+        else:
+            self._carry = self._decoders_after(stretch, num_steps, completes)
         for request in done:
             self._finish(request, request.last_token_s)
         running_now = self.running
@@ -326,12 +370,11 @@ class StretchMixin:
         stopped; returns every finished decoder in step order (batch order within a step), as
         stepping retires them."""
         num_steps = len(times)
-        assert stretch.remaining is not None
-        ended = sorted((steps_left, index) for index, steps_left in enumerate(stretch.remaining)
-                       if steps_left <= num_steps)
         decoders = stretch.decoders
         done = []
-        for steps_left, index in ended:
+        for steps_left, index, _ in stretch.departures():
+            if steps_left > num_steps:
+                break  # in finish order: the rest are still running
             request = decoders[index]
             back = num_steps - steps_left
             if back:

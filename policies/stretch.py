@@ -51,8 +51,8 @@ class Stretch:
     # A decode-only stretch that follows this one's last step, planned from the state it leaves
     # (the prompt completed by the tail decodes beside the others).
     then: Stretch | None = None
-    # Departures in finish order, worked out when first needed.
-    _sorted: list[tuple[int, int]] | None = None
+    # Departures in finish order, worked out when first needed (see `departures`).
+    _sorted: list[tuple[int, int, int]] | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -93,26 +93,35 @@ class Stretch:
         if not self.has_departures(limit):
             yield limit, self.run_shape()
             return
-        yield self.steps_to_finish, self.run_shape()
+        for steps, num_active, context in self.decode_spans(limit):
+            yield steps, RunShape(num_active, context)
+
+    def decode_spans(self, num_steps: int) -> Iterator[tuple[int, int, int]]:
+        """(steps, decoders, their total context at the span's first step) pieces covering the
+        first `num_steps` steps of a run with departures, one per span between finishes."""
         done = self.steps_to_finish  # steps yielded so far
         num_active, context = len(self.decoders), self.decode_context
-        for finish_step, leaving_context in self._departures():
+        yield done, num_active, context
+        for finish_step, _, leaving_context in self.departures():
             if finish_step > done:  # a span up to this finish with the batch as it is
-                steps = min(finish_step, limit) - done
-                yield steps, RunShape(num_active, context + done * num_active)
+                steps = min(finish_step, num_steps) - done
+                yield steps, num_active, context + done * num_active
                 done += steps
-                if done >= limit:
+                if done >= num_steps:
                     return
             num_active -= 1
             context -= leaving_context
 
-    def _departures(self) -> list[tuple[int, int]]:
-        """(finish step, context now) of every decoder, in finish order; worked out only when a
-        consumer reads past the first finish (most runs are cut earlier by an arrival)."""
+    def departures(self) -> list[tuple[int, int, int]]:
+        """(finish step, batch index, context before the run) of every decoder, in finish order
+        (batch order within a step). Worked out when a consumer first reads past the first
+        finish, which pricing does before the run is applied; most runs are cut earlier by an
+        arrival and never need it."""
         if self._sorted is None:
             assert self.remaining is not None
             contexts = self.decode_contexts if self.decode_contexts is not None else map(_num_processed_of, self.decoders)
-            self._sorted = sorted(zip(self.remaining, contexts))
+            # (finish step, index) pairs are distinct: contexts are never compared.
+            self._sorted = sorted(zip(self.remaining, range(len(self.remaining)), contexts))
         return self._sorted
 
     def decodes_per_step(self, num_steps: int) -> list[int]:
@@ -121,7 +130,7 @@ class Stretch:
         if not self.has_departures(num_steps):
             return [num_active] * num_steps
         leaving = [0] * num_steps  # leaving[j]: decoders whose last step is step j (1-based)
-        for finish_step, _ in self._departures():
+        for finish_step, _, _ in self.departures():
             if finish_step >= num_steps:
                 break
             leaving[finish_step] += 1
@@ -134,6 +143,26 @@ class Stretch:
     def run_shape(self) -> RunShape:
         """What a cost model needs to price the steps one at a time (`iter_step_times`)."""
         return RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context)
+
+
+@dataclass(slots=True)
+class Decoders:
+    """What a run leaves of its decoders for the next plan, so that it need not read them all
+    again: the running requests it advanced (a prefix of the batch, in order), their ids and
+    total context, and the steps until the first has all its outputs. Each one's steps left
+    are `remaining` less `offset`, when the run knew them."""
+
+    requests: list[Request]
+    ids: list[int]
+    context: int
+    to_finish: int
+    remaining: list[int] | None = None
+    offset: int = 0
+
+    def steps_left(self) -> list[int] | None:
+        if self.remaining is None:
+            return None
+        return [r - self.offset for r in self.remaining] if self.offset else list(self.remaining)
 
 
 def run_aggregates(shape: RunShape, num_steps: int) -> tuple:

@@ -311,3 +311,55 @@ def test_a_newcomer_whose_whole_prompt_runs_beside_the_last_chunk(monkeypatch, s
     assert frames[1][1].loc[2, ["num_prefill_tokens", "num_selected"]].tolist() == [58 + 30, 2]
     (joined,) = [stretch for stretch, _ in applied if stretch.newcomer is not None]
     assert (joined.tail, joined.newcomer_chunk) == (58, 30)
+
+
+@pytest.mark.parametrize("name,opts", [("continuous", {}), ("chunked_prefill", {"chunk_size": 16})])
+def test_runs_carry_their_decoders_to_the_next_plan(monkeypatch, name, opts):
+    """A plan that follows a run takes the decoders' ids, context and steps to the first finish
+    from what the run left (not read again from every request); the results still equal
+    stepping's, and the invariant check compared each carry with the batch."""
+    from policies.base import BasePolicy
+    from policies.fast_path import StretchMixin
+
+    used = []
+    carried = StretchMixin._carried
+
+    def spy(self, decoders):
+        carry = carried(self, decoders)
+        used.append(carry is not None)
+        return carry
+
+    monkeypatch.setattr(StretchMixin, "_carried", spy)
+    checked = []
+    check_carry = BasePolicy._check_carry
+
+    def count_checks(self):
+        checked.append(self._carry is not None)
+        check_carry(self)
+
+    monkeypatch.setattr(BasePolicy, "_check_carry", count_checks)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    (_, slow_requests, slow_steps), (_, fast_requests, fast_steps) = run_both(
+        workload(3, content=False), name, opts, cost=cost, caching=False)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
+    assert any(used) and any(checked)
+
+
+def test_a_wrong_carry_fails_the_invariant_check(monkeypatch):
+    from policies.fast_path import StretchMixin
+
+    decoders_after = StretchMixin._decoders_after
+
+    def off_by_one(self, stretch, num_steps, completes):
+        carry = decoders_after(self, stretch, num_steps, completes)
+        if carry is not None:
+            carry.to_finish += 1
+        return carry
+
+    monkeypatch.setattr(StretchMixin, "_decoders_after", off_by_one)
+    policy = make_policy("chunked_prefill", num_blocks=64, block_size=4, chunk_size=16, max_num_seqs=12,
+                         max_num_batched_tokens=96)
+    with pytest.raises(AssertionError, match="carry"):
+        simulate(workload(3, content=False), policy, ConstantCostModel(step_s=0.01, per_token_s=1e-4),
+                 limits=RunLimits(check_invariants=True))
