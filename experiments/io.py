@@ -59,8 +59,12 @@ def write_table(frame: pd.DataFrame, path: Path, fmt: str) -> Path:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        # Dictionary pages only for text columns (few distinct values): on the numeric ones they
+        # tripled the write time of a 10k-request table and grew the file.
+        text = [f.name for f in table.schema if not (pa.types.is_integer(f.type) or pa.types.is_floating(f.type))]
         buffer = io.BytesIO()
-        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), buffer)
+        pq.write_table(table, buffer, use_dictionary=text)
         atomic_write_bytes(path, buffer.getvalue())
     else:
         atomic_write_text(path, frame.to_csv(index=False))
