@@ -25,6 +25,7 @@ from policies.fast_path import (
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
 from policies.prefix_reuse import NO_HIT, PrefixReuseMixin
+from policies.stretch import DecoderCarry
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
 from simcore.plan import DecodeGroup, ScheduledSeq, StepPlan, StepSeqs
@@ -95,6 +96,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         # what it did; 0 (unknown) while a step is planned.
         self._num_known_decoding = 0
         self._all_decoding_before_step = False
+        # What the last run of steps left of its decoders for the next plan (fast path only).
+        self._carry: DecoderCarry | None = None
         self._now = 0.0
         self._plan: _PlanBuilder | None = None
         self.host_prefix: HostPrefixCache | None = None
@@ -567,7 +570,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         if self.running[:len(requests)] != requests or not self._all_decoding(requests):
             raise AssertionError("the last run's decoders are not the decoding prefix of the running batch")
         remaining = [r.num_target_outputs - r.num_outputs for r in requests]
-        figures = (carry.ids, carry.context, carry.to_finish)
+        figures = (carry.ids, carry.context, carry.steps_to_finish)
         if figures != (request_ids(requests), sum(map(num_processed_of, requests)), min(remaining)):
             raise AssertionError(f"the last run's decoders carry {figures[1:]}, not what the batch gives")
         steps_left = carry.steps_left()

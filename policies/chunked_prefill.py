@@ -138,7 +138,7 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None
         carry = self._carried(decoders)
         if carry is not None:
-            to_finish, ids, context = carry.to_finish, carry.ids, carry.context
+            to_finish, ids, context = carry.steps_to_finish, carry.ids, carry.context
         else:
             if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):  # a prefix of running
                 return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 from operator import attrgetter, sub
 from typing import Any
 
-from policies.stretch import Decoders, Stretch
+from policies.stretch import DecoderCarry, Stretch
 from simcore.decode_blocks import after_storing, after_storing_each, blocks_added_by_step, max_steps_within
 from simcore.request import Request
 
@@ -49,7 +49,7 @@ class StretchMixin:
     run_past_finishes: bool = False
     # What the last run left of its decoders (see `_carried`); dropped by anything else that
     # changes the batch (`schedule`, finishes).
-    _carry: Decoders | None = None
+    _carry: DecoderCarry | None
 
     def plan_stretch(self) -> Stretch | None:
         """The run of decode-only steps of the whole running batch that is certain to come next.
@@ -70,8 +70,9 @@ class StretchMixin:
         if self.waiting and self._may_admit_during_stretch():
             return None
         carry = self._carried(running)
+        remaining: list[int] | None = None
         if carry is not None:
-            ids, context, to_finish, remaining = carry.ids, carry.context, carry.to_finish, carry.steps_left()
+            ids, context, to_finish = carry.ids, carry.context, carry.steps_to_finish
         else:
             # Each column read once: what the decoding check needs, the stretch needs too.
             outputs = list(map(num_outputs_of, running))
@@ -83,6 +84,8 @@ class StretchMixin:
             to_finish = min(remaining)
         firsts = self.bm.first_new_block_steps(ids)
         if self.run_past_finishes and not self.waiting and self.can_run_past_finishes():
+            if remaining is None and carry is not None:
+                remaining = carry.steps_left()
             if remaining is None:
                 remaining = list(map(sub, map(num_target_of, running), map(num_outputs_of, running)))
             # Blocks are counted as if finished requests kept growing: never more than stepping needs.
@@ -91,7 +94,7 @@ class StretchMixin:
             num_steps, remaining = self.bm.max_decode_steps(ids, to_finish, firsts), None
         return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining)
 
-    def _carried(self, decoders: list[Request]) -> Decoders | None:
+    def _carried(self, decoders: list[Request]) -> DecoderCarry | None:
         """What the last run left of `decoders` (a prefix of the running batch), when they are
         the requests it advanced. Since that run, the batch has changed only by admissions,
         which append to it (anything else drops the carry): so a prefix of the same length is
@@ -101,24 +104,26 @@ class StretchMixin:
             return None
         return carry
 
-    def _decoders_after(self, stretch: Stretch, num_steps: int, completes: bool) -> Decoders | None:
+    def _decoders_after(self, stretch: Stretch, num_steps: int, completes: bool) -> DecoderCarry | None:
         """What the first `num_steps` steps of `stretch` leave for the next plan (see
-        `Decoders`), when none of its requests finished: its decoders, and its prompt if
+        `DecoderCarry`), when none of its requests finished: its decoders, and its prompt if
         completed. None when there are none."""
         n = len(stretch.decoders)
         prompt = stretch.prefill if completes else None
         if prompt is None:
             if not n:
                 return None
-            return Decoders(stretch.decoders, stretch.decode_ids, stretch.decode_context + num_steps * n,
-                            stretch.steps_to_finish - num_steps, stretch.remaining, num_steps)
-        # The prompt now decodes after them (and has just selected its first output).
+            return DecoderCarry(stretch.decoders, stretch.decode_ids, stretch.decode_context + num_steps * n,
+                                stretch.steps_to_finish - num_steps, stretch.remaining, num_steps)
+        # The prompt now decodes after them. It always comes next in the batch (it was admitted
+        # after them); checked only so that a future kind of run cannot make a carry that is
+        # not a prefix of the batch.
         if self.running[n] is not prompt:
-            return None  # not next in the batch: the carry would not be a prefix of it
-        to_finish = prompt.num_target_outputs - 1
+            return None
+        to_finish = prompt.num_target_outputs - prompt.num_outputs
         if n:
             to_finish = min(to_finish, stretch.steps_to_finish - num_steps)
-        return Decoders([*stretch.decoders, prompt], [*stretch.decode_ids, prompt.request_id],
+        return DecoderCarry([*stretch.decoders, prompt], [*stretch.decode_ids, prompt.request_id],
                         stretch.decode_context + num_steps * n + prompt.num_processed, to_finish)
 
     def can_run_past_finishes(self) -> bool:

@@ -97,7 +97,7 @@ class Stretch:
             yield steps, RunShape(num_active, context)
 
     def decode_spans(self, num_steps: int) -> Iterator[tuple[int, int, int]]:
-        """(steps, decoders, their total context at the span's first step) pieces covering the
+        """(steps, number of decoders, their total context at the span's first step) pieces covering the
         first `num_steps` steps of a run with departures, one per span between finishes."""
         done = self.steps_to_finish  # steps yielded so far
         num_active, context = len(self.decoders), self.decode_context
@@ -114,9 +114,10 @@ class Stretch:
 
     def departures(self) -> list[tuple[int, int, int]]:
         """(finish step, batch index, context before the run) of every decoder, in finish order
-        (batch order within a step). Worked out when a consumer first reads past the first
-        finish, which pricing does before the run is applied; most runs are cut earlier by an
-        arrival and never need it."""
+        (batch order within a step). Worked out when first needed (most runs are cut by an
+        arrival before their first finish), which must be before the run is applied: the
+        contexts are read from the requests. Pricing past the first finish, `stretch_step_counts`
+        and the ITL pass of `apply_stretch` all come first."""
         if self._sorted is None:
             assert self.remaining is not None
             contexts = self.decode_contexts if self.decode_contexts is not None else map(_num_processed_of, self.decoders)
@@ -146,23 +147,23 @@ class Stretch:
 
 
 @dataclass(slots=True)
-class Decoders:
+class DecoderCarry:
     """What a run leaves of its decoders for the next plan, so that it need not read them all
     again: the running requests it advanced (a prefix of the batch, in order), their ids and
     total context, and the steps until the first has all its outputs. Each one's steps left
-    are `remaining` less `offset`, when the run knew them."""
+    are `remaining` less `steps_taken`, when the run knew them."""
 
     requests: list[Request]
     ids: list[int]
     context: int
-    to_finish: int
+    steps_to_finish: int
     remaining: list[int] | None = None
-    offset: int = 0
+    steps_taken: int = 0
 
     def steps_left(self) -> list[int] | None:
         if self.remaining is None:
             return None
-        return [r - self.offset for r in self.remaining] if self.offset else list(self.remaining)
+        return [r - self.steps_taken for r in self.remaining]
 
 
 def run_aggregates(shape: RunShape, num_steps: int) -> tuple:

@@ -354,7 +354,7 @@ def test_a_wrong_carry_fails_the_invariant_check(monkeypatch):
     def off_by_one(self, stretch, num_steps, completes):
         carry = decoders_after(self, stretch, num_steps, completes)
         if carry is not None:
-            carry.to_finish += 1
+            carry.steps_to_finish += 1
         return carry
 
     monkeypatch.setattr(StretchMixin, "_decoders_after", off_by_one)
