@@ -95,6 +95,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         # holds for them) without a pass over the batch: set where a step or a run ends, from
         # what it did; 0 (unknown) while a step is planned.
         self._num_known_decoding = 0
+        self._num_decoding_before_step = 0
         self._all_decoding_before_step = False
         # What the last run of steps left of its decoders for the next plan (fast path only).
         self._carry: DecoderCarry | None = None
@@ -123,6 +124,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
         self._carry = None  # the step may change any running request
+        # How many running requests, from the oldest, decode as the step is planned.
+        self._num_decoding_before_step = self._num_known_decoding
         self._all_decoding_before_step = self._num_known_decoding == len(self.running)
         self._num_known_decoding = 0
         self._plan = _PlanBuilder()

@@ -35,8 +35,12 @@ class ChunkedPrefillPolicy(BasePolicy):
         if self.order == "alternate":
             self._fill_alternate(budget, now)
             return
-        decoding, prefilling = [], []
-        for request in self.running:
+        # Those known to decode need no test (under memory pressure a schedule()d step has a
+        # batch of ~80, and the test is a property call each).
+        running = self.running
+        known = self._num_decoding_before_step
+        decoding, prefilling = running[:known], []
+        for request in running[known:] if known else running:
             (prefilling if request.is_prefilling else decoding).append(request)
         self._run_decodes(budget, decoding)
         if not self._plan.preempted:  # type: ignore[union-attr]
