@@ -300,7 +300,7 @@ class StretchMixin:
                     if span:
                         self.itl.add_run(span, num_decodes)
                     at += steps
-            else:
+            elif gaps:  # none in a run of one step
                 self.itl.add_run(gaps, len(running))
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
         # The blocks it is grown for the steps it does not take go back with the rest when it

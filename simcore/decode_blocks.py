@@ -32,6 +32,8 @@ def blocks_taken_by(firsts: list[int], num_positions: int, block_size: int) -> i
 
 def after_storing_each(firsts: list[int], num_positions: int, block_size: int) -> tuple[int, list[int]]:
     """after_storing for many requests at once: (blocks taken in all, each one's next first)."""
+    if num_positions == 0:  # a run of no steps before a prompt's last chunk
+        return 0, list(firsts)
     if num_positions <= block_size:
         # At most one new block each, as firsts are >= 1 (the usual case: runs end at arrivals
         # long before a block fills twice): one pass, and the count in C.
