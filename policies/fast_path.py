@@ -124,7 +124,7 @@ class StretchMixin:
         if n:
             to_finish = min(to_finish, stretch.steps_to_finish - num_steps)
         return DecoderCarry([*stretch.decoders, prompt], [*stretch.decode_ids, prompt.request_id],
-                        stretch.decode_context + num_steps * n + prompt.num_processed, to_finish)
+                            stretch.decode_context + num_steps * n + prompt.num_processed, to_finish)
 
     def can_run_past_finishes(self) -> bool:
         """Whether a finish changes nothing for the requests still running but the batch size:

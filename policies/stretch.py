@@ -97,8 +97,9 @@ class Stretch:
             yield steps, RunShape(num_active, context)
 
     def decode_spans(self, num_steps: int) -> Iterator[tuple[int, int, int]]:
-        """(steps, number of decoders, their total context at the span's first step) pieces covering the
-        first `num_steps` steps of a run with departures, one per span between finishes."""
+        """(steps, number of decoders, their total context at the span's first step): pieces
+        covering the first `num_steps` steps of a run with departures, one per span between
+        finishes."""
         done = self.steps_to_finish  # steps yielded so far
         num_active, context = len(self.decoders), self.decode_context
         yield done, num_active, context
