@@ -162,12 +162,15 @@ class ChunkedPrefillPolicy(BasePolicy):
         limit = self._steps_with_blocks(firsts, prefill, chunk, min(total, to_finish), pending)
         if limit < 1:
             return None
-        stretch = Stretch(limit, decoders, ids, firsts, context, to_finish,
-                          prefill, chunk, prefill.num_processed, tail=tail if limit == total else 0, admits=admits)
+        # With others waiting, none can join these steps (the checks above), however many come.
+        stretch = Stretch(limit, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed,
+                          tail=tail if limit == total else 0, admits=admits, arrivals_wait=num_waiting > 0)
         if stretch.tail and to_finish > limit and prefill.num_target_outputs > 1:
             stretch.then = self._decodes_after_prompt(stretch, pending)
         elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
             stretch.then = self._last_chunk_with_newcomer(stretch, pending)
+            if stretch.then is not None:
+                stretch.arrivals_wait = stretch.then.arrivals_wait
         return stretch
 
     def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:
@@ -187,7 +190,8 @@ class ChunkedPrefillPolicy(BasePolicy):
         room = self.options.max_num_batched_tokens - num_decodes - tail
         new_chunk = min(newcomer.num_tokens, self.chunk_size, room)
         num_others = len(self.waiting) - (2 if stretch.admits else 1)
-        if new_chunk < 1 or (num_others and new_chunk < room and num_decodes + 2 < self.options.max_num_seqs):
+        has_room = new_chunk < room and num_decodes + 2 < self.options.max_num_seqs
+        if new_chunk < 1 or (num_others and has_room):
             return None  # no room for it, or room for one more
         # Blocks: the decodes' over both, the prompt's, then the newcomer's, which admission
         # takes only while the watermark stays free.
@@ -195,9 +199,10 @@ class ChunkedPrefillPolicy(BasePolicy):
         taken += firsts.count(1) + self.bm.blocks_for(new_chunk)  # firsts are >= 1
         if not self.bm.can_allocate(taken, reserve=self.num_watermark_blocks()):
             return None
+        # A request that arrives before this step would join it where there is room.
         return Stretch(1, stretch.decoders, stretch.decode_ids, firsts, stretch.decode_context + num_steps * num_decodes,
                        stretch.steps_to_finish - num_steps, prompt, chunk, stretch.prefill_context + num_steps * chunk,
-                       tail=tail, newcomer=newcomer, newcomer_chunk=new_chunk)
+                       tail=tail, newcomer=newcomer, newcomer_chunk=new_chunk, arrivals_wait=not has_room)
 
     def _steps_with_blocks(self, firsts: list[int], prefill: Request, chunk: int, limit: int,
                            pending: int) -> int:

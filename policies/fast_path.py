@@ -59,7 +59,8 @@ class StretchMixin:
         once (`apply_stretch`) with results identical to stepping one by one. None when the
         next step is not of that kind. The run ends at the first finish, or, when the engine
         allows it (`run_past_finishes`) and nothing waits that a freed slot or block could
-        admit, goes on without the finished requests; arrivals are the engine's to bound.
+        admit, goes on without the finished requests. Arrivals are the engine's to bound,
+        unless a queue waits already (see `Stretch.arrivals_wait`).
         """
         running = self.running
         # The newest request is the one most likely still prefilling: look there first.
@@ -92,7 +93,9 @@ class StretchMixin:
             num_steps = self.bm.max_decode_steps(ids, max(remaining), firsts)
         else:
             num_steps, remaining = self.bm.max_decode_steps(ids, to_finish, firsts), None
-        return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining)
+        # A queue that waits now waits behind a head the run cannot admit (checked above).
+        return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining,
+                       arrivals_wait=bool(self.waiting))
 
     def _carried(self, decoders: list[Request]) -> DecoderCarry | None:
         """What the last run left of `decoders` (a prefix of the running batch), when they are

@@ -51,6 +51,11 @@ class Stretch:
     # A decode-only stretch that follows this one's last step, planned from the state it leaves
     # (the prompt completed by the tail decodes beside the others).
     then: Stretch | None = None
+    # Whether requests arriving during the run (this stretch and those that follow it) cannot
+    # change its steps: they join the queue behind a head that no step of the run can admit
+    # (admission is first come, first served), so the engine need not stop at them. Under
+    # load, where a queue builds up, arrivals come every step or two.
+    arrivals_wait: bool = False
     # Departures in finish order, worked out when first needed (see `departures`).
     _sorted: list[tuple[int, int, int]] | None = None
 

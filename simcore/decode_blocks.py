@@ -7,7 +7,7 @@ steps after that.
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import accumulate, repeat
 from operator import ge
 
 
@@ -81,9 +81,7 @@ def blocks_added_by_step(firsts: list[int], block_size: int, num_steps: int) -> 
         while step <= num_steps:
             added[step] += 1
             step += block_size
-    for j in range(1, num_steps + 1):
-        added[j] += added[j - 1]
-    return added[1:]
+    return list(accumulate(added))[1:]
 
 
 class BlockArithmetic:

@@ -11,6 +11,7 @@ import gc
 import heapq
 import math
 import time
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
@@ -123,8 +124,9 @@ def simulate(
             return follow_ups[0][0], True
         return upcoming, False
 
-    def take_arrivals(now: float) -> None:
-        """Hand the policy every request that has arrived by `now`, in arrival order."""
+    def take_arrivals(now: float, joined: list[float] | None = None) -> None:
+        """Hand the policy every request that has arrived by `now`, in arrival order; the arrival
+        times of those that joined its queue (not rejected) go to `joined`, when given."""
         while True:
             at, is_follow_up = next_arrival()
             if at > now:
@@ -139,6 +141,8 @@ def simulate(
             state["events"] += 1
             if request.status is Status.REJECTED:
                 release_children(request, request.arrival_s)
+            elif joined is not None:
+                joined.append(request.arrival_s)
 
     def release_children(parent: Request, at: float) -> None:
         for template in children.pop(parent.request_id, ()):
@@ -183,7 +187,8 @@ def simulate(
         taken: list[float] = []
         add_end, add_taken, inf = ends.append, taken.append, math.inf
         clock = start
-        arrival = next_arrival()[0]
+        # Where arrivals cannot change the run, it goes on past them (they are taken below).
+        arrival = math.inf if plan.arrivals_wait else next_arrival()[0]
         for duration in durations:
             if clock >= arrival:
                 break  # this step would start after an arrival: the policy must see it first
@@ -201,12 +206,22 @@ def simulate(
         yield from _wait_until(env, ends[-1])
         state["now"] = ends[-1]
         starts = [start, *ends[:-1]]
+        # Requests that arrived during the run join the queue as stepping would have them join,
+        # each before the first step that starts at or after its arrival; they are all in it
+        # before the run is applied, so each step's record counts out those that came later.
+        late = None
+        if plan.arrivals_wait and num_steps > 1:
+            joined: list[float] = []
+            take_arrivals(starts[-1], joined)
+            if joined:
+                late = [len(joined) - bisect_right(joined, at) for at in starts]
         offset = 0
         for part in parts:
             count = min(part.num_steps, num_steps - offset)
             if count <= 0:
                 break
-            apply_part(part, starts[offset:offset + count], ends[offset:offset + count], taken[offset:offset + count])
+            apply_part(part, starts[offset:offset + count], ends[offset:offset + count], taken[offset:offset + count],
+                       late[offset:offset + count] if late is not None else None)
             offset += count
         flush()
         state["events"] += 1
@@ -214,8 +229,10 @@ def simulate(
             policy.check()
         return num_steps
 
-    def apply_part(part, starts: list[float], ends: list[float], taken: list[float]) -> None:  # noqa: ANN001
-        """Complete one part of a stretch and record its steps."""
+    def apply_part(part, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
+                   late: list[int] | None) -> None:
+        """Complete one part of a stretch and record its steps. `late`: for each step, the
+        requests in the queue that arrived after it started (None: none)."""
         num_steps = len(ends)
         policy.begin_stretch(part, starts[0])
         chunk = part.chunk
@@ -226,9 +243,12 @@ def simulate(
             # Read before the step: a newcomer whose whole prompt ran has an output after it.
             num_selected = num_decodes + completes + part.newcomer_selects
             release_turns(policy.apply_stretch(part, ends), ends[-1])
+            after = state_after()
+            if late is not None:
+                after = (after[0], after[1] - late[0], *after[2:])
             log.append((
                 first_step, starts[0], taken[0], part.num_seqs, (part.tail if completes else chunk) + part.newcomer_chunk,
-                num_decodes, num_selected, *state_after(), 0, 0, 0, 0,
+                num_decodes, num_selected, *after, 0, 0, 0, 0,
             ))
             return
         num_waiting_before = len(policy.waiting)
@@ -242,12 +262,17 @@ def simulate(
             running = (running_after, num_running)
         else:  # decoders leave as they finish (no prompt in such a run)
             seqs, selected, running = decodes, decodes, [*running_after, num_running]
-        # Every step but the last shows the state before the run; the last one saw any finishes
-        # (arrivals during it join after it, as for any step). Swaps and the host tier do not
-        # change within a run. Pairs are (every step but the last, the last).
+        waiting = (num_waiting_before, num_waiting)
+        if late is not None:
+            waiting = [num_waiting_before - count for count in late]
+            waiting[-1] = num_waiting - late[-1]
+        # Every step but the last shows the state before the run (and the queue, the arrivals
+        # taken before it: see `late`); the last one saw any finishes (arrivals during it join
+        # after it, as for any step). Swaps and the host tier do not change within a run. Pairs
+        # are (every step but the last, the last).
         log.add_run(num_steps, (
             range(first_step, first_step + num_steps), starts, taken, seqs, (chunk, part.tail) if completes else chunk,
-            decodes, selected, running, (num_waiting_before, num_waiting), num_swapped, [*blocks_after, blocks_used],
+            decodes, selected, running, waiting, num_swapped, [*blocks_after, blocks_used],
             (shared_before, blocks_shared), host_used, [*resident_after, resident], 0, 0, 0, 0,
         ))
 

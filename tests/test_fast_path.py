@@ -363,3 +363,91 @@ def test_a_wrong_carry_fails_the_invariant_check(monkeypatch):
     with pytest.raises(AssertionError, match="carry"):
         simulate(workload(3, content=False), policy, ConstantCostModel(step_s=0.01, per_token_s=1e-4),
                  limits=RunLimits(check_invariants=True))
+
+
+def _queued_workload(seed: int, num_requests: int = 80, *, rejected: bool = False):
+    """Arrivals far faster than the batch drains: a queue builds up behind a blocked head. With
+    `rejected`, some prompts are too long for the cache and are turned away as they arrive."""
+    rng = random.Random(seed)
+    requests, t = [], 0.0
+    for i in range(num_requests):
+        t += rng.expovariate(300.0)
+        prompt = 400 if rejected and i % 7 == 3 else rng.randint(5, 60)
+        requests.append(req(i, t, prompt, rng.randint(2, 50)))
+    return requests
+
+
+@pytest.mark.parametrize("name,opts", [
+    ("continuous", {}),
+    ("continuous", {"admission": "watermark", "watermark": 0.1}),
+    ("chunked_prefill", {"chunk_size": 16}),
+    ("chunked_prefill", {"chunk_size": 200}),
+    ("static", {"max_batch_size": 4}),
+])
+@pytest.mark.parametrize("rejected", [False, True])
+def test_runs_go_on_past_arrivals_that_must_queue(monkeypatch, name, opts, rejected):
+    """While a queue waits behind a head no step of a run can admit, requests arriving during
+    the run only join the queue: the run takes them as it goes. The step records still count
+    each step's queue as stepping does (arrivals join before the first step that starts after
+    them), and every table equals stepping's."""
+    from policies.fast_path import StretchMixin
+
+    applied = []
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        applied.append((stretch, list(step_ends)))
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    requests = _queued_workload(5, rejected=rejected)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    frames = []
+    for fast in (False, True):
+        policy = make_policy(name, num_blocks=40, block_size=4, max_num_seqs=6, max_num_batched_tokens=96, **opts)
+        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
+        frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
+    (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = frames
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
+    assert _expanded(slow.itl) == _expanded(fast.itl)
+    assert rejected == bool(len(slow.rejected))
+    # Some run went on past a request that arrived after its first step started and before its
+    # last one did (stepping takes such a request between two of the run's steps).
+    arrivals = sorted(r.arrival_s for r in requests)
+    absorbed = [stretch for stretch, ends in _runs_of(applied)
+                if stretch.arrivals_wait and len(ends) > 2 and any(ends[0] < t <= ends[-2] for t in arrivals)]
+    assert absorbed
+    waiting = fast_steps["num_waiting"].to_numpy()
+    assert (waiting[1:] > waiting[:-1]).any()
+
+
+def _runs_of(applied):
+    """(first part, step ends) of each run, from the parts applied with their steps' ends (a
+    run's parts follow each other through `then`)."""
+    runs, following = [], None
+    for stretch, ends in applied:
+        if following is not None and stretch is following:
+            runs[-1][1].extend(ends)
+        else:
+            runs.append((stretch, list(ends)))
+        following = stretch.then
+    return runs
+
+
+def test_a_newcomer_step_with_room_left_stops_for_arrivals():
+    """The step of a prompt's last chunk admits the waiting request 2 (3 positions) and leaves
+    room: request 3, arriving while the run's chunks before that step run, joins that step too,
+    as stepping has it; so that run cannot go on past arrivals."""
+    requests = [req(0, 0.0, 8, 60), req(1, 0.05, 70, 30), req(2, 0.08, 3, 10), req(3, 0.09, 3, 10)]
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    frames = []
+    for fast in (False, True):
+        policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16, max_num_batched_tokens=17)
+        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
+        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
+    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
+    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
+    steps = frames[1][1]
+    # The step of request 1's last chunk (6 positions) with both newcomers' prompts whole.
+    assert ((steps["num_prefill_tokens"] == 6 + 3 + 3) & (steps["num_selected"] == 4)).any()
