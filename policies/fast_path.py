@@ -11,8 +11,9 @@ from operator import attrgetter, sub
 from typing import Any
 
 from policies.stretch import DecoderCarry, Stretch
-from simcore.decode_blocks import after_storing, after_storing_each, blocks_added_by_step, max_steps_within
+from simcore.decode_blocks import after_storing, after_storing_each, max_steps_within
 from simcore.request import Request
+from simcore.run_counts import RunCounts
 
 request_id_of = attrgetter("request_id")
 num_processed_of = attrgetter("num_processed")
@@ -229,56 +230,23 @@ class StretchMixin:
         if stretch.newcomer is not None:
             self._admit(stretch.newcomer, now, self._admission_reserve(stretch.newcomer))
 
-    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[int | list[int], int | list[int],
-                                                                             list[int], list[int]]:
-        """For step records, read before `apply_stretch`: decoders in each of the first
-        `num_steps` steps, and after each of them but the last, requests running, blocks in
-        use and resident tokens (the last step's come from the state after apply). The first
-        two are single numbers when no decoder leaves before the last step (the same for all)."""
-        before = num_steps - 1
-        blocks, resident = self.bm.num_used_blocks, self.num_resident_tokens
-        num_running = len(self.running)
-        chunk = stretch.chunk
-        if not stretch.has_departures(num_steps):
-            added = self.bm.blocks_used_after_decode_steps(stretch.decode_ids, before, stretch.decode_firsts)
-            if stretch.prefill is not None:
-                rid = stretch.prefill.request_id
-                added = [a + self.bm.num_new_blocks_needed(rid, (j + 1) * chunk) for j, a in enumerate(added)]
-            tokens = len(stretch.decoders) + chunk
-            return (len(stretch.decoders), num_running, [blocks + a for a in added],
-                    list(range(resident + tokens, resident + tokens * num_steps, tokens)))
-        # Some decoders finish within the first `before` steps and release everything they hold.
-        assert stretch.remaining is not None and stretch.prefill is None
-        decodes = stretch.decodes_per_step(num_steps)
-        bs = self.bm.block_size
-        held = self.bm.num_table_blocks
-        firsts, ids = stretch.decode_firsts, stretch.decode_ids
-        # Blocks as if every decoder grew all along; block_change corrects for those that leave.
-        grown = blocks_added_by_step(firsts, bs, before)
-        block_change = [0] * (before + 1)
-        left = [0] * (before + 1)  # requests finished by each step
-        released = [0] * (before + 1)  # their resident tokens
-        for steps_left, index, context in stretch.departures():
-            if steps_left > before:
-                break  # in finish order: the rest stay to the last step
-            first = firsts[index]
-            num_grown = len(range(first, steps_left + 1, bs))  # blocks it takes up to its last step
-            for step in range(first + num_grown * bs, before + 1, bs):
-                block_change[step] -= 1  # counted in `grown`, never taken
-            block_change[steps_left] -= held[ids[index]] + num_grown  # released whole at its last step
-            left[steps_left] += 1
-            released[steps_left] += context + steps_left
-        running_after, blocks_after, resident_after = [], [], []
-        net_blocks = num_left = num_released = tokens = 0
-        for j in range(1, before + 1):
-            net_blocks += block_change[j]
-            num_left += left[j]
-            num_released += released[j]
-            tokens += decodes[j - 1]
-            running_after.append(num_running - num_left)
-            blocks_after.append(blocks + grown[j - 1] + net_blocks)
-            resident_after.append(resident + tokens - num_released)
-        return decodes, running_after, blocks_after, resident_after
+    def stretch_run_counts(self, stretch: Stretch, num_steps: int) -> RunCounts:
+        """What the step records of the stretch's first `num_steps` steps derive their counts
+        from (decoders, running requests, blocks in use, resident tokens), read before
+        `apply_stretch`; the engine adds the state after the last step."""
+        departures = []
+        if stretch.has_departures(num_steps):
+            # Some decoders finish before the last step and release everything they hold.
+            held, ids = self.bm.num_table_blocks, stretch.decode_ids
+            for steps_left, index, context in stretch.departures():
+                if steps_left >= num_steps:
+                    break  # in finish order: the rest stay to the last step
+                departures.append((steps_left, index, context, held[ids[index]]))
+        prompt = stretch.prefill
+        return RunCounts(num_steps, self.bm.block_size, len(stretch.decoders), len(self.running), self.bm.num_used_blocks,
+                         self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
+                         self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
+                         prompt is not None, stretch.reaches_tail(num_steps))
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""

@@ -9,6 +9,7 @@ from policies.stretch import Stretch
 from simcore.itl import ItlLog
 from simcore.plan import StepPlan
 from simcore.request import Request
+from simcore.run_counts import RunCounts
 
 
 class Policy(Protocol):
@@ -40,11 +41,9 @@ class Policy(Protocol):
     def begin_stretch(self, stretch: Stretch, now: float) -> None:
         """Before a stretch's steps are counted and applied: what its first step does first."""
 
-    def stretch_step_counts(self, stretch: Stretch, num_steps: int) -> tuple[int | list[int], int | list[int],
-                                                                             list[int], list[int]]:
-        """Step-record counts of a stretch's first steps: decoders in each, and after each but
-        the last, requests running, blocks in use and resident tokens (the first two as single
-        numbers when no decoder leaves before the last step)."""
+    def stretch_run_counts(self, stretch: Stretch, num_steps: int) -> RunCounts:
+        """What the step records of a stretch's first steps derive their counts from (decoders,
+        running requests, blocks in use, resident tokens), read before they are applied."""
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete a stretch's first len(step_ends) steps at once; return requests that finished."""

@@ -122,7 +122,7 @@ class Stretch:
         """(finish step, batch index, context before the run) of every decoder, in finish order
         (batch order within a step). Worked out when first needed (most runs are cut by an
         arrival before their first finish), which must be before the run is applied: the
-        contexts are read from the requests. Pricing past the first finish, `stretch_step_counts`
+        contexts are read from the requests. Pricing past the first finish, `stretch_run_counts`
         and the ITL pass of `apply_stretch` all come first."""
         if self._sorted is None:
             assert self.remaining is not None
@@ -130,22 +130,6 @@ class Stretch:
             # (finish step, index) pairs are distinct: contexts are never compared.
             self._sorted = sorted(zip(self.remaining, range(len(self.remaining)), contexts))
         return self._sorted
-
-    def decodes_per_step(self, num_steps: int) -> list[int]:
-        """Decoders in each of the first `num_steps` steps."""
-        num_active = len(self.decoders)
-        if not self.has_departures(num_steps):
-            return [num_active] * num_steps
-        leaving = [0] * num_steps  # leaving[j]: decoders whose last step is step j (1-based)
-        for finish_step, _, _ in self.departures():
-            if finish_step >= num_steps:
-                break
-            leaving[finish_step] += 1
-        out = []
-        for count in leaving:
-            num_active -= count
-            out.append(num_active)
-        return out
 
     def run_shape(self) -> RunShape:
         """What a cost model needs to price the steps one at a time (`iter_step_times`)."""

@@ -7,7 +7,7 @@ steps after that.
 
 from __future__ import annotations
 
-from itertools import accumulate, repeat
+from itertools import repeat
 from operator import ge
 
 
@@ -74,16 +74,6 @@ def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) 
     return low
 
 
-def blocks_added_by_step(firsts: list[int], block_size: int, num_steps: int) -> list[int]:
-    """Cumulative new blocks after each of the next `num_steps` steps."""
-    added = [0] * (num_steps + 1)
-    for step in firsts:
-        while step <= num_steps:
-            added[step] += 1
-            step += block_size
-    return list(accumulate(added))[1:]
-
-
 class BlockArithmetic:
     """Capacity checks shared by both block managers (they differ in how blocks are held)."""
 
@@ -118,11 +108,3 @@ class BlockArithmetic:
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
         raise NotImplementedError
-
-    def blocks_used_after_decode_steps(self, request_ids: list[int], num_steps: int,
-                                       firsts: list[int] | None = None) -> list[int]:
-        """Extra blocks in use after each of the next `num_steps` decode steps (for step records).
-        `firsts`: first_new_block_steps(request_ids), when the caller has them."""
-        if firsts is None:
-            firsts = self.first_new_block_steps(request_ids)
-        return blocks_added_by_step(firsts, self.block_size, num_steps)

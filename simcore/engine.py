@@ -254,14 +254,10 @@ def simulate(
         num_waiting_before = len(policy.waiting)
         shared_before = policy.bm.num_shared_blocks
         first_step = policy.num_steps
-        decodes, running_after, blocks_after, resident_after = policy.stretch_step_counts(part, num_steps)
+        counts = policy.stretch_run_counts(part, num_steps)
         release_turns(policy.apply_stretch(part, ends), ends[-1])
         num_running, num_waiting, num_swapped, blocks_used, blocks_shared, host_used, resident = state_after()
-        if isinstance(decodes, int):  # the same decoders in every step
-            seqs, selected = decodes + (part.prefill is not None), (decodes, decodes + 1) if completes else decodes
-            running = (running_after, num_running)
-        else:  # decoders leave as they finish (no prompt in such a run)
-            seqs, selected, running = decodes, decodes, [*running_after, num_running]
+        counts.last = (num_running, blocks_used, resident)
         waiting = (num_waiting_before, num_waiting)
         if late is not None:
             waiting = [num_waiting_before - count for count in late]
@@ -269,12 +265,12 @@ def simulate(
         # Every step but the last shows the state before the run (and the queue, the arrivals
         # taken before it: see `late`); the last one saw any finishes (arrivals during it join
         # after it, as for any step). Swaps and the host tier do not change within a run. Pairs
-        # are (every step but the last, the last).
+        # are (every step but the last, the last). The counts of sequences, decodes, selected
+        # tokens, running requests, blocks and resident tokens are derived (0 stands for them).
         log.add_run(num_steps, (
-            range(first_step, first_step + num_steps), starts, taken, seqs, (chunk, part.tail) if completes else chunk,
-            decodes, selected, running, waiting, num_swapped, [*blocks_after, blocks_used],
-            (shared_before, blocks_shared), host_used, [*resident_after, resident], 0, 0, 0, 0,
-        ))
+            range(first_step, first_step + num_steps), starts, taken, 0, (chunk, part.tail) if completes else chunk,
+            0, 0, 0, waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
+        ), counts)
 
     def end_at_horizon() -> None:
         state["end"] = "max_sim_time"

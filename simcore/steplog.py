@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from simcore.run_counts import RunCounts, expand_run_counts
+
 STEP_COLUMNS = (
     "step_id",
     "start_s",
@@ -39,13 +41,17 @@ STEP_COLUMNS = (
 )
 FLOAT_COLUMNS = {"start_s", "duration_s"}
 # Columns that change at every step of a run are kept as plain lists; the others, which within
-# a run mostly hold one value (or one until its last step), as runs of equal values.
-PER_STEP_COLUMNS = {"step_id", "start_s", "duration_s", "kv_blocks_used", "resident_tokens"}
+# a run mostly hold one value (or one until its last step), as runs of equal values. Counts
+# that a run derives (`RunCounts`) are filled in when the chunk is sealed.
+PER_STEP_COLUMNS = {"step_id", "start_s", "duration_s"}
 CHUNK_ROWS = 16384  # rows buffered as Python objects before they become numpy columns
 
 _DTYPES = tuple(np.float64 if name in FLOAT_COLUMNS else np.int64 for name in STEP_COLUMNS)
 _PER_STEP = tuple(name in PER_STEP_COLUMNS for name in STEP_COLUMNS)
-_DICTIONARY_COLUMNS = [name for name in STEP_COLUMNS if name not in PER_STEP_COLUMNS]
+# Dictionary pages only for the columns that mostly repeat a value: on those that change every
+# step they cost half the write time and grow the file (measured on a 10k run).
+_DICTIONARY_COLUMNS = [name for name in STEP_COLUMNS
+                       if name not in PER_STEP_COLUMNS | {"kv_blocks_used", "resident_tokens"}]
 
 
 class StepLog:
@@ -88,11 +94,15 @@ class StepLog:
         if self._num_buffered >= CHUNK_ROWS:
             self._seal()
 
-    def add_run(self, num_steps: int, columns: Sequence[Any]) -> None:
+    def add_run(self, num_steps: int, columns: Sequence[Any], derived: RunCounts | None = None) -> None:
         """A run of `num_steps` steps, one entry per column of STEP_COLUMNS: for the per-step
         columns, their values (an iterable of that length); for the others, one value for
         every step, a (value, last) pair (one value for every step but the last), or a list
-        of every step's values."""
+        of every step's values. With `derived`, the columns it derives (see
+        `expand_run_counts`) come from it, whatever `columns` holds for them."""
+        if derived is not None:
+            self._derived_runs.append((self._num_run_rows, derived))
+        self._num_run_rows += num_steps
         for values, counts, column in zip(self.values, self.counts, columns):
             if counts is None:
                 values.extend(column)
@@ -120,6 +130,9 @@ class StepLog:
         self.counts = [None if per_step else [] for per_step in _PER_STEP]
         self.order = []
         self._num_buffered = 0
+        self._num_run_rows = 0
+        # Runs whose counts are derived at sealing: (first row among the runs' rows, counts).
+        self._derived_runs: list[tuple[int, RunCounts]] = []
 
     def _buffered_columns(self) -> list[np.ndarray]:
         """The buffered steps as one array per column, in step order."""
@@ -127,11 +140,14 @@ class StepLog:
         is_single = np.repeat(order < 0, np.abs(order))
         singles = list(zip(*self.rows)) if self.rows else None
         has_runs = not is_single.all()
+        derived, rows = self._derived_columns()
         out = []
         for index, (dtype, values, counts) in enumerate(zip(_DTYPES, self.values, self.counts)):
             runs = np.array(values, dtype=dtype)
             if counts is not None:
                 runs = np.repeat(runs, np.array(counts, dtype=np.int64))
+            if STEP_COLUMNS[index] in derived:
+                runs[rows] = derived[STEP_COLUMNS[index]]
             if singles is None:
                 out.append(runs)
                 continue
@@ -144,6 +160,15 @@ class StepLog:
             column[~is_single] = runs
             out.append(column)
         return out
+
+    def _derived_columns(self) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+        """The derived runs' columns, and their rows among the runs' rows."""
+        if not self._derived_runs:
+            return {}, None
+        firsts = np.array([first for first, _ in self._derived_runs], dtype=np.int64)
+        lengths = np.array([run.num_steps for _, run in self._derived_runs], dtype=np.int64)
+        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        return expand_run_counts([run for _, run in self._derived_runs]), np.repeat(firsts, lengths) + within
 
     def _seal(self) -> None:
         if not self._num_buffered:
@@ -162,8 +187,6 @@ class StepLog:
             chunk[key] = np.asarray([values.pop(i, nan) for i in range(first, first + len(chunk["step_id"]))])
         table = pa.table(chunk)
         if self._writer is None:
-            # Dictionary pages only for the columns that mostly repeat a value: on the per-step
-            # ones they cost half the write time and grow the file (measured on a 10k run).
             self._writer = pq.ParquetWriter(self.spill_path, table.schema, use_dictionary=_DICTIONARY_COLUMNS)
             self._spilled = True
         self._writer.write_table(table)

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 from simcore.decode_blocks import (
     after_storing,
     after_storing_each,
-    blocks_added_by_step,
     blocks_taken_by,
     max_steps_within,
 )
@@ -33,13 +32,6 @@ def test_max_steps_within_is_the_most_steps_that_fit(block_size, firsts, free, l
     assert _needed(firsts, block_size, steps) <= free
     if steps < limit:
         assert _needed(firsts, block_size, steps + 1) > free
-
-
-@settings(max_examples=100, deadline=None)
-@given(block_size=st.integers(1, 20), firsts=st.lists(st.integers(1, 60), max_size=12), num_steps=st.integers(1, 70))
-def test_blocks_added_by_step_counts_each_step(block_size, firsts, num_steps):
-    added = blocks_added_by_step(firsts, block_size, num_steps)
-    assert added == [_needed(firsts, block_size, k) for k in range(1, num_steps + 1)]
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,110 @@
+"""Per-step counts of a run of steps, derived in bulk when its step records are sealed.
+
+A run's step records need, for every step, the decoders in it, and after it the requests
+running, the blocks in use and the resident tokens. All follow from a handful of numbers known
+before the run (each decoder's next new-block step, who finishes at which step, the prompt's
+chunk), so a run keeps those (`RunCounts`) and the step log expands a whole chunk of runs at
+once with numpy (`expand_run_counts`) instead of each run building lists step by step.
+
+The last step's counts are read from the state after the run (`last`), as for a single step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class RunCounts:
+    num_steps: int
+    block_size: int
+    num_decoders: int  # decoders in the first step
+    running: int  # requests running before the run
+    blocks: int  # blocks in use before the run
+    resident: int  # resident tokens before the run
+    firsts: list[int]  # each decoder's next new-block step (1-based)
+    # Decoders that finish before the last step: (finish step, batch index, context before
+    # the run, blocks held before the run), in finish order. A decoder is in the steps up to
+    # its finish step and releases every block it holds at its end.
+    departures: list[tuple[int, int, int, int]]
+    chunk: int = 0  # positions of a prompt processed each step (0: none)
+    prompt_first: int = 0  # the prompt's next new-block position (1-based), when chunk > 0
+    has_prompt: bool = False  # a prompt is in every step (num_seqs counts it)
+    completes: bool = False  # the last step completes the prompt (it selects a token)
+    # Running requests, blocks in use and resident tokens after the last step.
+    last: tuple[int, int, int] = (0, 0, 0)
+
+
+def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
+    """Every step of `runs` (of one block size), in order: decoders, sequences, selecting
+    sequences, and after the step running requests, blocks in use and resident tokens, by step
+    record column (int64 arrays, one row a step)."""
+    bs = runs[0].block_size
+    lengths = np.array([run.num_steps for run in runs], dtype=np.int64)
+    total = int(lengths.sum())
+    starts = np.zeros(len(runs), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    # Row r of a run is its step r + 1 (1-based), whose counts are those after it.
+    # Block growth: decoder i takes a block at steps first_i, first_i + bs, ... up to its limit
+    # (the run's next-to-last step, or its own finish step).
+    num_decoders = np.array([len(run.firsts) for run in runs], dtype=np.int64)
+    firsts = np.fromiter(chain.from_iterable(run.firsts for run in runs), dtype=np.int64, count=int(num_decoders.sum()))
+    limits = np.repeat(lengths - 1, num_decoders)
+    decoder_base = np.zeros(len(runs), dtype=np.int64)
+    np.cumsum(num_decoders[:-1], out=decoder_base[1:])
+    departures = [(index, *departure) for index, run in enumerate(runs) for departure in run.departures]
+    if departures:
+        leaving = np.array(departures, dtype=np.int64)  # run, finish step, batch index, context, held
+        run_of, finish, context, held = leaving[:, 0], leaving[:, 1], leaving[:, 3], leaving[:, 4]
+        limits[decoder_base[run_of] + leaving[:, 2]] = finish
+    grows = np.where(firsts <= limits, (limits - firsts) // bs + 1, 0)
+    row_base = np.repeat(starts - 1, num_decoders)  # a block taken at step p shows from row p - 1
+    num_growths = int(grows.sum())
+    growth_rows = np.repeat(firsts + row_base, grows)
+    if num_growths:
+        offsets = np.arange(num_growths, dtype=np.int64) - np.repeat(np.cumsum(grows) - grows, grows)
+        growth_rows += bs * offsets
+    block_delta = np.bincount(growth_rows, minlength=total).astype(np.int64)
+    running_delta = np.zeros(total, dtype=np.int64)
+    token_delta = np.zeros(total, dtype=np.int64)
+    decoder_delta = np.zeros(total, dtype=np.int64)
+    if departures:
+        rows = starts[run_of] + finish - 1
+        taken = grows[decoder_base[run_of] + leaving[:, 2]]
+        np.subtract.at(block_delta, rows, held + taken)  # all it holds goes back after its last step
+        np.subtract.at(running_delta, rows, 1)
+        np.subtract.at(token_delta, rows, context + finish)
+        np.subtract.at(decoder_delta, rows + 1, 1)  # gone from the step after its finish step
+    decoders = np.repeat(num_decoders, lengths) + _cumsum_within(decoder_delta, starts, lengths)
+    chunk = np.array([run.chunk for run in runs], dtype=np.int64)
+    # Tokens stored by each step: its decodes and the prompt's chunk.
+    tokens = _cumsum_within(decoders + np.repeat(chunk, lengths), starts, lengths)
+    step = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths) + 1  # 1-based, within the run
+    prompt_first = np.repeat(np.array([run.prompt_first for run in runs], dtype=np.int64), lengths)
+    stored = step * np.repeat(chunk, lengths)
+    prompt_blocks = np.where((stored > 0) & (stored >= prompt_first), (stored - prompt_first) // bs + 1, 0)
+    blocks = (np.repeat(np.array([run.blocks for run in runs], dtype=np.int64), lengths)
+              + _cumsum_within(block_delta, starts, lengths) + prompt_blocks)
+    running = np.repeat(np.array([run.running for run in runs], dtype=np.int64), lengths) \
+        + _cumsum_within(running_delta, starts, lengths)
+    resident = np.repeat(np.array([run.resident for run in runs], dtype=np.int64), lengths) + tokens \
+        + _cumsum_within(token_delta, starts, lengths)
+    last_rows = starts + lengths - 1
+    last = np.array([run.last for run in runs], dtype=np.int64).reshape(len(runs), 3)
+    running[last_rows], blocks[last_rows], resident[last_rows] = last[:, 0], last[:, 1], last[:, 2]
+    has_prompt = np.array([run.has_prompt for run in runs], dtype=np.int64)
+    selected = decoders.copy()
+    selected[last_rows] += np.array([run.completes for run in runs], dtype=np.int64)
+    return {"num_decode_tokens": decoders, "num_seqs": decoders + np.repeat(has_prompt, lengths),
+            "num_selected": selected, "num_running": running, "kv_blocks_used": blocks, "resident_tokens": resident}
+
+
+def _cumsum_within(delta: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Running sums of `delta` restarted at each run's first row."""
+    total = np.cumsum(delta)
+    before = np.zeros(len(starts), dtype=np.int64)
+    before[1:] = total[starts[1:] - 1]
+    return total - np.repeat(before, lengths)
