@@ -43,30 +43,36 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     sequences, and after the step running requests, blocks in use and resident tokens, by step
     record column (int64 arrays, one row a step)."""
     bs = runs[0].block_size
-    lengths = np.array([run.num_steps for run in runs], dtype=np.int64)
+
+    def column(name: str) -> np.ndarray:
+        return np.array([getattr(run, name) for run in runs], dtype=np.int64)
+
+    lengths, num_decoders, chunk = column("num_steps"), column("num_decoders"), column("chunk")
+    last_running, last_blocks, last_resident = np.array([run.last for run in runs], dtype=np.int64).reshape(-1, 3).T
     total = int(lengths.sum())
-    starts = np.zeros(len(runs), dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    # Row r of a run is its step r + 1 (1-based), whose counts are those after it.
-    # Block growth: decoder i takes a block at steps first_i, first_i + bs, ... up to its limit
-    # (the run's next-to-last step, or its own finish step).
-    num_decoders = np.array([len(run.firsts) for run in runs], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    last_rows = starts + lengths - 1
+
+    def per_row(values: np.ndarray) -> np.ndarray:
+        return np.repeat(values, lengths)
+
+    # Row r of a run is its step r + 1 (1-based), whose counts are those after it. Block growth:
+    # decoder i takes a block at steps first_i, first_i + bs, ... up to its limit (the run's
+    # next-to-last step, or its own finish step).
     firsts = np.fromiter(chain.from_iterable(run.firsts for run in runs), dtype=np.int64, count=int(num_decoders.sum()))
     limits = np.repeat(lengths - 1, num_decoders)
-    decoder_base = np.zeros(len(runs), dtype=np.int64)
-    np.cumsum(num_decoders[:-1], out=decoder_base[1:])
+    decoder_base = np.cumsum(num_decoders) - num_decoders
     departures = [(index, *departure) for index, run in enumerate(runs) for departure in run.departures]
     if departures:
         leaving = np.array(departures, dtype=np.int64)  # run, finish step, batch index, context, held
         run_of, finish, context, held = leaving[:, 0], leaving[:, 1], leaving[:, 3], leaving[:, 4]
         limits[decoder_base[run_of] + leaving[:, 2]] = finish
-    grows = np.where(firsts <= limits, (limits - firsts) // bs + 1, 0)
-    row_base = np.repeat(starts - 1, num_decoders)  # a block taken at step p shows from row p - 1
-    num_growths = int(grows.sum())
-    growth_rows = np.repeat(firsts + row_base, grows)
+    grows = np.maximum((limits - firsts) // bs + 1, 0)
+    # A block taken at step p shows from row p - 1.
+    growth_rows = np.repeat(firsts + np.repeat(starts - 1, num_decoders), grows)
+    num_growths = len(growth_rows)
     if num_growths:
-        offsets = np.arange(num_growths, dtype=np.int64) - np.repeat(np.cumsum(grows) - grows, grows)
-        growth_rows += bs * offsets
+        growth_rows += bs * (np.arange(num_growths, dtype=np.int64) - np.repeat(np.cumsum(grows) - grows, grows))
     block_delta = np.bincount(growth_rows, minlength=total).astype(np.int64)
     running_delta = np.zeros(total, dtype=np.int64)
     token_delta = np.zeros(total, dtype=np.int64)
@@ -78,28 +84,20 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
         np.subtract.at(running_delta, rows, 1)
         np.subtract.at(token_delta, rows, context + finish)
         np.subtract.at(decoder_delta, rows + 1, 1)  # gone from the step after its finish step
-    decoders = np.repeat(num_decoders, lengths) + _cumsum_within(decoder_delta, starts, lengths)
-    chunk = np.array([run.chunk for run in runs], dtype=np.int64)
+    decoders = per_row(num_decoders) + _cumsum_within(decoder_delta, starts, lengths)
     # Tokens stored by each step: its decodes and the prompt's chunk.
-    tokens = _cumsum_within(decoders + np.repeat(chunk, lengths), starts, lengths)
-    step = np.arange(total, dtype=np.int64) - np.repeat(starts, lengths) + 1  # 1-based, within the run
-    prompt_first = np.repeat(np.array([run.prompt_first for run in runs], dtype=np.int64), lengths)
-    stored = step * np.repeat(chunk, lengths)
-    prompt_blocks = np.where((stored > 0) & (stored >= prompt_first), (stored - prompt_first) // bs + 1, 0)
-    blocks = (np.repeat(np.array([run.blocks for run in runs], dtype=np.int64), lengths)
-              + _cumsum_within(block_delta, starts, lengths) + prompt_blocks)
-    running = np.repeat(np.array([run.running for run in runs], dtype=np.int64), lengths) \
-        + _cumsum_within(running_delta, starts, lengths)
-    resident = np.repeat(np.array([run.resident for run in runs], dtype=np.int64), lengths) + tokens \
-        + _cumsum_within(token_delta, starts, lengths)
-    last_rows = starts + lengths - 1
-    last = np.array([run.last for run in runs], dtype=np.int64).reshape(len(runs), 3)
-    running[last_rows], blocks[last_rows], resident[last_rows] = last[:, 0], last[:, 1], last[:, 2]
-    has_prompt = np.array([run.has_prompt for run in runs], dtype=np.int64)
+    tokens = _cumsum_within(decoders + per_row(chunk), starts, lengths)
+    stored = (np.arange(total, dtype=np.int64) - per_row(starts) + 1) * per_row(chunk)  # prompt positions
+    first = per_row(column("prompt_first"))
+    prompt_blocks = np.where((stored > 0) & (stored >= first), (stored - first) // bs + 1, 0)
+    blocks = per_row(column("blocks")) + _cumsum_within(block_delta, starts, lengths) + prompt_blocks
+    running = per_row(column("running")) + _cumsum_within(running_delta, starts, lengths)
+    resident = per_row(column("resident")) + tokens + _cumsum_within(token_delta, starts, lengths)
+    running[last_rows], blocks[last_rows], resident[last_rows] = last_running, last_blocks, last_resident
     selected = decoders.copy()
-    selected[last_rows] += np.array([run.completes for run in runs], dtype=np.int64)
-    return {"num_decode_tokens": decoders, "num_seqs": decoders + np.repeat(has_prompt, lengths),
-            "num_selected": selected, "num_running": running, "kv_blocks_used": blocks, "resident_tokens": resident}
+    selected[last_rows] += column("completes")
+    return {"num_decode_tokens": decoders, "num_seqs": decoders + per_row(column("has_prompt")), "num_selected": selected,
+            "num_running": running, "kv_blocks_used": blocks, "resident_tokens": resident}
 
 
 def _cumsum_within(delta: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
