@@ -59,7 +59,9 @@ class _SortedWeighted:
     """Values sorted once with their cumulative weights, for any number of percentiles."""
 
     def __init__(self, values: np.ndarray, weights: np.ndarray) -> None:
-        order = np.argsort(values, kind="stable")
+        # Not a stable sort (twice as fast on millions): however equal values are ordered, the
+        # cumulative weights at each boundary between distinct values are the same.
+        order = np.argsort(values)
         self.values = values[order]
         # The last copy of values[i] in the expanded list sits at index ends[i] - 1.
         self.ends = np.cumsum(weights[order])

@@ -160,8 +160,8 @@ def test_weighted_percentiles_equal_the_expanded_list():
     from simcore.itl import weighted_percentile
 
     rng = np.random.default_rng(0)
-    for _ in range(50):
-        values = rng.random(rng.integers(1, 20)).round(2)
+    for size in [*rng.integers(1, 20, size=50), 3000, 20000]:  # large ones: a sort that moves equal values
+        values = rng.random(size).round(2)
         weights = rng.integers(1, 5, size=values.size)
         expanded = np.repeat(values, weights)
         for q in (0, 1, 50, 90, 95, 99, 100):
