@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from experiments.validate import apply_override, config_error_from_pydantic, load_yaml_mapping, set_path
+from simcore.decode_blocks import MAX_BLOCK_SIZE
 from simcore.model import DTYPE_BYTES
 from workloads.spec import WorkloadSpec
 
@@ -18,7 +19,7 @@ class Strict(BaseModel):
 
 class KVCacheConfig(Strict):
     # Positions per physical block (seed 21.5's example uses 4; vLLM defaults to 16).
-    block_size: int = Field(16, ge=1)
+    block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE)
     # Stored KV scalar type: bytes per scalar s in eq. 21.2.
     dtype: str = "bf16"
     # Device blocks; when unset, derived from GPU memory x utilization minus weights.

@@ -74,6 +74,11 @@ def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) 
     return low
 
 
+# Largest block: no request is longer (workloads cap lengths at 2**31 - 1), and step records
+# count blocks with int64 arithmetic (`simcore.run_counts`).
+MAX_BLOCK_SIZE = 2**31 - 1
+
+
 class BlockArithmetic:
     """Capacity checks shared by both block managers (they differ in how blocks are held)."""
 
@@ -82,8 +87,8 @@ class BlockArithmetic:
     def __init__(self, num_blocks: int, block_size: int) -> None:
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if not 1 <= block_size <= MAX_BLOCK_SIZE:
+            raise ValueError(f"block_size must be between 1 and {MAX_BLOCK_SIZE}, got {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
 

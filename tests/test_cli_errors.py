@@ -153,7 +153,7 @@ EXPERIMENT_CASES = [
     # (id, changes to BASE, fragments the one error line must contain)
     ("wrong-type", {"kv_cache.block_size": "abc"}, ("kv_cache.block_size: wrong type", "whole number", "'abc'")),
     ("fraction", {"kv_cache.block_size": 1.5}, ("kv_cache.block_size", "whole number", "1.5")),
-    ("zero", {"kv_cache.block_size": 0}, ("kv_cache.block_size: out of range", ">= 1", "found 0")),
+    ("zero", {"kv_cache.block_size": 0}, ("kv_cache.block_size: out of range", "[1, 2147483647]", "found 0")),
     ("negative-rate", {"workload.arrivals.rate": -2}, ("workload.arrivals.rate: out of range", "> 0", "-2")),
     ("nan", {"workload.arrivals.rate": float("nan")}, ("workload.arrivals.rate: not a finite number",)),
     ("inf", {"workload.arrivals.rate": float("inf")}, ("workload.arrivals.rate: not a finite number",)),

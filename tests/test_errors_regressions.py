@@ -232,3 +232,17 @@ def test_times_past_the_float_range_are_a_config_error(workload, where):
         warnings.simplefilter("error")  # no overflow warning on the way
         with pytest.raises(ConfigError, match=f"{where}: .* overflow the float range"):
             run(data)
+
+
+def test_a_block_larger_than_any_request_is_a_config_error():
+    """Found by the config fuzzer: block_size 2**63 ran (one request) until step records counted
+    blocks in int64. No request is longer than 2**31 - 1 tokens, so no block need be larger."""
+    expected = (r"exp.yaml: kv_cache.block_size: out of range; expected a whole number in \[1, 2147483647\], "
+                r"found 9223372036854775808")
+    with pytest.raises(ConfigError, match=expected):
+        parse_experiment(with_changes(**{"kv_cache.block_size": 2**63}), source="exp.yaml")
+    with pytest.raises(ValueError, match="block_size must be between 1 and 2147483647"):
+        make_policy("continuous", num_blocks=4, block_size=2**31)
+    exp = parse_experiment(with_changes(**{"kv_cache.block_size": 2**31 - 1, "kv_cache.num_blocks": 8}),
+                           source="exp.yaml")
+    assert run_experiment(exp, source=None).runs  # the largest block still runs
