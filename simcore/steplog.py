@@ -1,7 +1,9 @@
 """Per-step records: one tuple per step, or columns for a run of steps; kept as column chunks.
 
 Within a run most columns hold one value, or one until the last step, so those are kept as runs
-of equal values; the columns that change every step (times, blocks, resident tokens) as lists.
+of equal values; the columns that change every step (ids, times) as lists. The counts a run's
+steps derive from a few numbers (decoders, running requests, blocks, resident tokens: see
+`simcore.run_counts`) are filled in for a whole chunk at once when it is sealed.
 
 Rows are buffered and turned into numpy column chunks every CHUNK_ROWS steps, so memory per
 step is a few dozen bytes; with a spill file the chunks go to Parquet instead, so a run of
@@ -165,10 +167,10 @@ class StepLog:
         """The derived runs' columns, and their rows among the runs' rows."""
         if not self._derived_runs:
             return {}, None
-        firsts = np.array([first for first, _ in self._derived_runs], dtype=np.int64)
+        first_rows = np.array([first for first, _ in self._derived_runs], dtype=np.int64)
         lengths = np.array([run.num_steps for _, run in self._derived_runs], dtype=np.int64)
         within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        return expand_run_counts([run for _, run in self._derived_runs]), np.repeat(firsts, lengths) + within
+        return expand_run_counts([run for _, run in self._derived_runs]), np.repeat(first_rows, lengths) + within
 
     def _seal(self) -> None:
         if not self._num_buffered:
