@@ -216,15 +216,16 @@ def test_fast_path_matches_step_by_step_on_random_workloads(seed, config, cachin
     assert frames[0][2] == frames[1][2]
 
 
-def _spy_parts(monkeypatch):
-    """Record every stretch part the engine applies, with the steps it took of it."""
+def _spy_parts(monkeypatch, *, ends: bool = False):
+    """Record every stretch part the engine applies, with the steps it took of it (their end
+    times, with `ends`)."""
     from policies.fast_path import StretchMixin
 
     applied = []
     original = StretchMixin.apply_stretch
 
     def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
-        applied.append((stretch, len(step_ends)))
+        applied.append((stretch, list(step_ends) if ends else len(step_ends)))
         return original(self, stretch, step_ends)
 
     monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
@@ -288,6 +289,21 @@ def test_the_last_chunk_admits_the_next_prompt_in_the_run(monkeypatch):
     assert (joined.prefill.request_id, joined.tail, joined.newcomer.request_id, joined.newcomer_chunk) == (1, 6, 2, 10)
 
 
+def _both_paths_equal(requests, name, cost, **options):  # noqa: ANN001, ANN003, ANN202
+    """Run `requests` stepping and on the fast path (invariants checked); assert the request and
+    step tables and the inter-token gaps are identical; return the fast run's result and steps."""
+    frames = []
+    for fast in (False, True):
+        policy = make_policy(name, **options)
+        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
+        frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
+    (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = frames
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
+    assert _expanded(slow.itl) == _expanded(fast.itl)
+    return fast, fast_steps
+
+
 @pytest.mark.parametrize("second_arrival", [0.0001, 0.008])
 def test_a_newcomer_whose_whole_prompt_runs_beside_the_last_chunk(monkeypatch, second_arrival):
     """Request 1 arrives while request 0 (250 positions, 96 a step) is prefilled: the step of
@@ -301,14 +317,9 @@ def test_a_newcomer_whose_whole_prompt_runs_beside_the_last_chunk(monkeypatch, s
     applied = _spy_parts(monkeypatch)
     cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
     requests = [req(0, 0.0, 250, 5), req(1, second_arrival, 30, 5)]
-    frames = []
-    for fast in (False, True):
-        policy = make_policy("chunked_prefill", num_blocks=640, block_size=4, chunk_size=200, max_num_batched_tokens=96)
-        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
-        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
-    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
-    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
-    assert frames[1][1].loc[2, ["num_prefill_tokens", "num_selected"]].tolist() == [58 + 30, 2]
+    _, steps = _both_paths_equal(requests, "chunked_prefill", cost, num_blocks=640, block_size=4, chunk_size=200,
+                                 max_num_batched_tokens=96)
+    assert steps.loc[2, ["num_prefill_tokens", "num_selected"]].tolist() == [58 + 30, 2]
     (joined,) = [stretch for stretch, _ in applied if stretch.newcomer is not None]
     assert (joined.tail, joined.newcomer_chunk) == (58, 30)
 
@@ -390,28 +401,12 @@ def test_runs_go_on_past_arrivals_that_must_queue(monkeypatch, name, opts, rejec
     the run only join the queue: the run takes them as it goes. The step records still count
     each step's queue as stepping does (arrivals join before the first step that starts after
     them), and every table equals stepping's."""
-    from policies.fast_path import StretchMixin
-
-    applied = []
-    original = StretchMixin.apply_stretch
-
-    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
-        applied.append((stretch, list(step_ends)))
-        return original(self, stretch, step_ends)
-
-    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    applied = _spy_parts(monkeypatch, ends=True)
     requests = _queued_workload(5, rejected=rejected)
     cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
-    frames = []
-    for fast in (False, True):
-        policy = make_policy(name, num_blocks=40, block_size=4, max_num_seqs=6, max_num_batched_tokens=96, **opts)
-        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
-        frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
-    (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = frames
-    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
-    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
-    assert _expanded(slow.itl) == _expanded(fast.itl)
-    assert rejected == bool(len(slow.rejected))
+    fast, fast_steps = _both_paths_equal(requests, name, cost, num_blocks=40, block_size=4, max_num_seqs=6,
+                                         max_num_batched_tokens=96, **opts)
+    assert rejected == bool(len(fast.rejected))
     # Some run went on past a request that arrived after its first step started and before its
     # last one did (stepping takes such a request between two of the run's steps).
     arrivals = sorted(r.arrival_s for r in requests)
@@ -441,13 +436,7 @@ def test_a_newcomer_step_with_room_left_stops_for_arrivals():
     as stepping has it; so that run cannot go on past arrivals."""
     requests = [req(0, 0.0, 8, 60), req(1, 0.05, 70, 30), req(2, 0.08, 3, 10), req(3, 0.09, 3, 10)]
     cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
-    frames = []
-    for fast in (False, True):
-        policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16, max_num_batched_tokens=17)
-        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
-        frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
-    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
-    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
-    steps = frames[1][1]
+    _, steps = _both_paths_equal(requests, "chunked_prefill", cost, num_blocks=200, block_size=4, chunk_size=16,
+                                 max_num_batched_tokens=17)
     # The step of request 1's last chunk (6 positions) with both newcomers' prompts whole.
     assert ((steps["num_prefill_tokens"] == 6 + 3 + 3) & (steps["num_selected"] == 4)).any()
