@@ -169,8 +169,6 @@ class ChunkedPrefillPolicy(BasePolicy):
             stretch.then = self._decodes_after_prompt(stretch, pending)
         elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
             stretch.then = self._last_chunk_with_newcomer(stretch, pending)
-            if stretch.then is not None:
-                stretch.arrivals_wait = stretch.then.arrivals_wait
         return stretch
 
     def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:

@@ -55,8 +55,8 @@ class StretchMixin:
     def plan_stretch(self) -> Stretch | None:
         """The run of decode-only steps of the whole running batch that is certain to come next.
 
-        While no request arrives, is admitted, needs a block it cannot get, or is preempted,
-        each step processes one token for every running request, so the steps can be taken at
+        While no request is admitted, needs a block it cannot get, or is preempted, and none
+        arrives that could be admitted, each step processes one token for every running request, so the steps can be taken at
         once (`apply_stretch`) with results identical to stepping one by one. None when the
         next step is not of that kind. The run ends at the first finish, or, when the engine
         allows it (`run_past_finishes`) and nothing waits that a freed slot or block could

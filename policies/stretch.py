@@ -2,8 +2,9 @@
 
 Every step of a stretch processes one position for each of `decoders` still running (each
 selects a token) and, optionally, one `chunk` of a single prompt, which may be admitted by the
-first step (`admits`) and completed by the last (`tail`). Nothing else arrives, is admitted,
-preempted or swapped meanwhile. Decoders may finish: in the stretch's last step, or, when the
+first step (`admits`) and completed by the last (`tail`). Nothing else is admitted, preempted
+or swapped meanwhile, and no request arrives, unless it can only join the queue
+(`arrivals_wait`). Decoders may finish: in the stretch's last step, or, when the
 stretch runs past finishes (`remaining` is given), in any step, after which the batch goes on
 without them. A stretch may be followed by another (`then`): the engine takes them as one run.
 """
@@ -51,10 +52,12 @@ class Stretch:
     # A decode-only stretch that follows this one's last step, planned from the state it leaves
     # (the prompt completed by the tail decodes beside the others).
     then: Stretch | None = None
-    # Whether requests arriving during the run (this stretch and those that follow it) cannot
-    # change its steps: they join the queue behind a head that no step of the run can admit
-    # (admission is first come, first served), so the engine need not stop at them. Under
-    # load, where a queue builds up, arrivals come every step or two.
+    # Whether requests arriving during this stretch's steps cannot change them: they join the
+    # queue behind a head that none of its steps can admit (admission is first come, first
+    # served), so the engine need not stop at them; it does not where any part of a run says
+    # so. Such a run changes the queue only by those arrivals and its own admissions (the
+    # engine's step records count on it). Under load, where a queue builds up, arrivals come
+    # every step or two.
     arrivals_wait: bool = False
     # Departures in finish order, worked out when first needed (see `departures`).
     _sorted: list[tuple[int, int, int]] | None = None
@@ -120,8 +123,8 @@ class Stretch:
 
     def departures(self) -> list[tuple[int, int, int]]:
         """(finish step, batch index, context before the run) of every decoder, in finish order
-        (batch order within a step). Worked out when first needed (most runs are cut by an
-        arrival before their first finish), which must be before the run is applied: the
+        (batch order within a step). Worked out when first needed (many runs end, cut by an
+        arrival, before their first finish), which must be before the run is applied: the
         contexts are read from the requests. Pricing past the first finish, `stretch_run_counts`
         and the ITL pass of `apply_stretch` all come first."""
         if self._sorted is None:

@@ -80,7 +80,9 @@ def simulate(
     `steps_spill`, step records go to that Parquet file as the run goes.
 
     Requests that arrive while a step runs join the policy's queues when it ends: a step that
-    starts at or after a request's arrival time sees it, one that started before does not.
+    starts at or after a request's arrival time sees it, one that started before does not. (A
+    run of steps that arrivals cannot change hands them over before it is applied, with the
+    same results and records.)
     """
     limits = limits or RunLimits()
     env = simpy.Environment()
@@ -188,7 +190,8 @@ def simulate(
         add_end, add_taken, inf = ends.append, taken.append, math.inf
         clock = start
         # Where arrivals cannot change the run, it goes on past them (they are taken below).
-        arrival = math.inf if plan.arrivals_wait else next_arrival()[0]
+        arrivals_wait = all(part.arrivals_wait for part in parts)
+        arrival = math.inf if arrivals_wait else next_arrival()[0]
         for duration in durations:
             if clock >= arrival:
                 break  # this step would start after an arrival: the policy must see it first
@@ -210,7 +213,7 @@ def simulate(
         # each before the first step that starts at or after its arrival; they are all in it
         # before the run is applied, so each step's record counts out those that came later.
         late = None
-        if plan.arrivals_wait and num_steps > 1:
+        if arrivals_wait and num_steps > 1:
             joined: list[float] = []
             take_arrivals(starts[-1], joined)
             if joined:

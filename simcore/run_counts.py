@@ -56,9 +56,10 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     def per_row(values: np.ndarray) -> np.ndarray:
         return np.repeat(values, lengths)
 
-    # Row r of a run is its step r + 1 (1-based), whose counts are those after it. Block growth:
-    # decoder i takes a block at steps first_i, first_i + bs, ... up to its limit (the run's
-    # next-to-last step, or its own finish step).
+    # Row r of a run is its step r + 1 (1-based): decoders and sequences are those in it, running
+    # requests, blocks and resident tokens those after it. Block growth: decoder i takes a block
+    # at steps first_i, first_i + bs, ... up to its limit (the run's next-to-last step, or its
+    # own finish step).
     firsts = np.fromiter(chain.from_iterable(run.firsts for run in runs), dtype=np.int64, count=int(num_decoders.sum()))
     limits = np.repeat(lengths - 1, num_decoders)
     decoder_base = np.cumsum(num_decoders) - num_decoders
