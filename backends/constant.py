@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,8 +28,12 @@ class ConstantCostModel:
         # Every parameter is a finite number >= 0 (build_model_from_params has checked the types).
         for name in ("step_s", "per_token_s", "per_request_s", "link_bytes_per_s", "transfer_latency_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf \
+                    or value > sys.float_info.max:
                 raise ValueError(f"{name}: expected a finite number >= 0, found {value!r}")
+            # Seconds as floats: a whole number past int64 would overflow where runs are priced
+            # with numpy, and one-step and bulk pricing must round alike.
+            setattr(self, name, float(value))
         if self.step_s + self.per_token_s + self.per_request_s <= 0:
             raise ValueError("step_s, per_token_s and per_request_s are all 0: every step would take no time; "
                              "give at least one of them a positive value")

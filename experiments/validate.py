@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 import types
 import typing
 from pathlib import Path
@@ -593,6 +594,8 @@ def _check_value(hint: Any, value: Any) -> str | None:
     if base is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "a number"
+        if isinstance(value, int):  # whole numbers past the float range have no float value
+            return None if abs(value) <= sys.float_info.max else "a finite number"
         return None if math.isfinite(value) else "a finite number"
     if base is str:
         return None if isinstance(value, str) else "a string"

@@ -16,7 +16,7 @@ from experiments.config import parse_experiment
 from experiments.runner import resolve_kv, run_experiment
 from experiments.validate import build_model_from_params, load_yaml_mapping, parse_yaml
 from policies.registry import make_policy
-from simcore.engine import simulate
+from simcore.engine import RunLimits, simulate
 from simcore.errors import ConfigError, ServesimError
 from simcore.hf_config import model_from_hf_dict
 from tests.helpers import SMALL_EXPERIMENT, req
@@ -120,7 +120,8 @@ def test_lognormal_without_max_stays_in_range():
      ({"step_s": math.nan}, r"cost_model.step_s: not a finite number"),
      ({"step_s": -1.0}, r"step_s: expected a finite number >= 0, found -1.0"),
      ({"step_s": 0, "per_token_s": 0}, r"every step would take no time"),
-     ({"step_s": True}, r"cost_model.step_s: wrong type")],
+     ({"step_s": True}, r"cost_model.step_s: wrong type"),
+     ({"per_token_s": 10**400}, r"cost_model.per_token_s: not a finite number")],
 )
 def test_constant_cost_params_are_checked(params, match):
     """Was: a TypeError traceback at the first step ('abc'), or inf/NaN step times in the results."""
@@ -246,3 +247,18 @@ def test_a_block_larger_than_any_request_is_a_config_error():
     exp = parse_experiment(with_changes(**{"kv_cache.block_size": 2**31 - 1, "kv_cache.num_blocks": 8}),
                            source="exp.yaml")
     assert run_experiment(exp, source=None).runs  # the largest block still runs
+
+
+def test_a_whole_number_of_seconds_past_int64_prices_runs():
+    """Found by the config fuzzer: per_token_s 2**63 (a whole number) overflowed int64 where a
+    run of steps is priced in bulk; the parameters are floats now, and both paths agree."""
+    model = build_model_from_params(ConstantCostModel, {"step_s": 0.03125, "per_token_s": 2**63}, where="cost_model",
+                                    source="exp.yaml")
+    assert isinstance(model.per_token_s, float)
+    requests = [req(0, 0.0, 1, 3), req(1, 0.0, 1, 2)]
+    results = []
+    for fast in (False, True):
+        policy = make_policy("continuous", num_blocks=8, block_size=1)
+        results.append(simulate(requests, policy, model, limits=RunLimits(fast_forward=fast)))
+    assert [r.finish_s for r in results[0].requests] == [r.finish_s for r in results[1].requests]
+    assert results[1].requests[0].finish_s >= 2**63
