@@ -20,6 +20,7 @@ from policies.fast_path import (
     num_processed_of,
     prompt_len_of,
     request_ids,
+    steps_left,
     steps_to_first_finish,
 )
 from policies.host_pool import HostPool
@@ -572,12 +573,12 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         requests = carry.requests
         if self.running[:len(requests)] != requests or not self._all_decoding(requests):
             raise AssertionError("the last run's decoders are not the decoding prefix of the running batch")
-        remaining = [r.num_target_outputs - r.num_outputs for r in requests]
+        remaining = steps_left(requests)
         figures = (carry.ids, carry.context, carry.steps_to_finish)
         if figures != (request_ids(requests), sum(map(num_processed_of, requests)), min(remaining)):
             raise AssertionError(f"the last run's decoders carry {figures[1:]}, not what the batch gives")
-        steps_left = carry.steps_left()
-        if steps_left is not None and steps_left != remaining:
+        carried = carry.steps_left()
+        if carried is not None and carried != remaining:
             raise AssertionError("the last run's decoders carry wrong steps to their last outputs")
 
     def check_drained(self) -> None:

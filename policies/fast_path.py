@@ -27,6 +27,11 @@ def request_ids(requests: list[Request]) -> list[int]:
     return list(map(request_id_of, requests))
 
 
+def steps_left(requests: list[Request]) -> list[int]:
+    """Steps (one output each) until each of `requests` has all its outputs."""
+    return list(map(sub, map(num_target_of, requests), map(num_outputs_of, requests)))
+
+
 def steps_to_first_finish(requests: list[Request]) -> int:
     """Steps (one output each) until the first of `requests` has all its outputs."""
     return min(map(sub, map(num_target_of, requests), map(num_outputs_of, requests)))
@@ -56,8 +61,9 @@ class StretchMixin:
         """The run of decode-only steps of the whole running batch that is certain to come next.
 
         While no request is admitted, needs a block it cannot get, or is preempted, and none
-        arrives that could be admitted, each step processes one token for every running request, so the steps can be taken at
-        once (`apply_stretch`) with results identical to stepping one by one. None when the
+        arrives that could be admitted, each step processes one token for every running
+        request, so the steps can be taken at once (`apply_stretch`) with results identical
+        to stepping one by one. None when the
         next step is not of that kind. The run ends at the first finish, or, when the engine
         allows it (`run_past_finishes`) and nothing waits that a freed slot or block could
         admit, goes on without the finished requests. Arrivals are the engine's to bound,
@@ -86,10 +92,9 @@ class StretchMixin:
             to_finish = min(remaining)
         firsts = self.bm.first_new_block_steps(ids)
         if self.run_past_finishes and not self.waiting and self.can_run_past_finishes():
-            if remaining is None and carry is not None:
-                remaining = carry.steps_left()
-            if remaining is None:
-                remaining = list(map(sub, map(num_target_of, running), map(num_outputs_of, running)))
+            if remaining is None:  # read from the carry: its own, when it knew them
+                assert carry is not None
+                remaining = carry.steps_left() or steps_left(running)
             # Blocks are counted as if finished requests kept growing: never more than stepping needs.
             num_steps = self.bm.max_decode_steps(ids, max(remaining), firsts)
         else:
@@ -191,7 +196,7 @@ class StretchMixin:
         decoders = stretch.decoders
         taken, firsts, prompt_first = self._blocks_after(stretch, pending)
         firsts.append(prompt_first)
-        remaining = [r - num_steps for r in map(sub, map(num_target_of, decoders), map(num_outputs_of, decoders))]
+        remaining = [r - num_steps for r in steps_left(decoders)]
         contexts = [c + num_steps for c in map(num_processed_of, decoders)]
         remaining.append(prompt.num_target_outputs - 1)
         contexts.append(prompt.num_processed + pending)
@@ -238,12 +243,12 @@ class StretchMixin:
         if stretch.has_departures(num_steps):
             # Some decoders finish before the last step and release everything they hold.
             held, ids = self.bm.num_table_blocks, stretch.decode_ids
-            for steps_left, index, context in stretch.departures():
-                if steps_left >= num_steps:
+            for finish_step, index, context in stretch.departures():
+                if finish_step >= num_steps:
                     break  # in finish order: the rest stay to the last step
-                departures.append((steps_left, index, context, held[ids[index]]))
+                departures.append((finish_step, index, context, held[ids[index]]))
         prompt = stretch.prefill
-        return RunCounts(num_steps, self.bm.block_size, len(stretch.decoders), len(self.running), self.bm.num_used_blocks,
+        return RunCounts(num_steps, self.bm.block_size, len(self.running), self.bm.num_used_blocks,
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
                          self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
                          prompt is not None, stretch.reaches_tail(num_steps))
@@ -348,15 +353,15 @@ class StretchMixin:
         num_steps = len(times)
         decoders = stretch.decoders
         done = []
-        for steps_left, index, _ in stretch.departures():
-            if steps_left > num_steps:
+        for finish_step, index, _ in stretch.departures():
+            if finish_step > num_steps:
                 break  # in finish order: the rest are still running
             request = decoders[index]
-            back = num_steps - steps_left
+            back = num_steps - finish_step
             if back:
                 request.num_processed -= back
                 request.num_outputs -= back
-                request.last_token_s = times[steps_left - 1]
+                request.last_token_s = times[finish_step - 1]
                 self.num_resident_tokens -= back
             done.append(request)
         return done

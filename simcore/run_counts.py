@@ -21,11 +21,10 @@ import numpy as np
 class RunCounts:
     num_steps: int
     block_size: int
-    num_decoders: int  # decoders in the first step
     running: int  # requests running before the run
     blocks: int  # blocks in use before the run
     resident: int  # resident tokens before the run
-    firsts: list[int]  # each decoder's next new-block step (1-based)
+    firsts: list[int]  # each decoder's next new-block step (1-based), in the first step's order
     # Decoders that finish before the last step: (finish step, batch index, context before
     # the run, blocks held before the run), in finish order. A decoder is in the steps up to
     # its finish step and releases every block it holds at its end.
@@ -47,7 +46,8 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     def column(name: str) -> np.ndarray:
         return np.array([getattr(run, name) for run in runs], dtype=np.int64)
 
-    lengths, num_decoders, chunk = column("num_steps"), column("num_decoders"), column("chunk")
+    lengths, chunk = column("num_steps"), column("chunk")
+    num_decoders = np.array([len(run.firsts) for run in runs], dtype=np.int64)
     last_running, last_blocks, last_resident = np.array([run.last for run in runs], dtype=np.int64).reshape(-1, 3).T
     total = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths

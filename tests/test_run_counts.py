@@ -19,7 +19,7 @@ def runs(draw, block_size: int) -> RunCounts:
         leaving = draw(st.lists(st.integers(0, len(firsts) - 1), unique=True, max_size=len(firsts)))
         departures = sorted((draw(st.integers(1, num_steps - 1)), index, draw(st.integers(0, 500)),
                              draw(st.integers(0, 9))) for index in leaving)
-    return RunCounts(num_steps, block_size, len(firsts), draw(st.integers(len(firsts), 60)), draw(st.integers(0, 900)),
+    return RunCounts(num_steps, block_size, draw(st.integers(len(firsts), 60)), draw(st.integers(0, 900)),
                      draw(st.integers(0, 9000)), firsts, departures, chunk,
                      draw(st.integers(1, 3 * block_size)) if chunk else 0, draw(st.booleans()), draw(st.booleans()),
                      (draw(st.integers(0, 99)), draw(st.integers(0, 999)), draw(st.integers(0, 9999))))
