@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import resource
 import signal
 import time
 from collections import Counter
@@ -32,6 +34,9 @@ from simcore.errors import ServesimError
 
 # Per-example wall-clock guard: a run that takes longer than this is a hang.
 HANG_S = 30.0
+# Address space an example may add (see memory_guard): far above any example's needs (a few
+# hundred MB), far below the 24 GiB of a CI machine.
+MEMORY_HEADROOM = 6 * 2**30
 # Valid inputs with more KV blocks than this are not run: BlockManager/HostPool build every block
 # up front (reported as a proposed change; a 1e12-block cache would exhaust memory).
 MAX_RUN_BLOCKS = 10**6
@@ -311,6 +316,27 @@ def hang_guard(seconds: float = HANG_S):
         signal.signal(signal.SIGALRM, previous)
 
 
+@contextmanager
+def memory_guard(headroom: int = MEMORY_HEADROOM):
+    """Cap the process's address space at its size now plus `headroom` while an example runs,
+    so that a runaway allocation fails that example with a MemoryError, and hypothesis shows
+    its input, instead of the kernel killing the test worker with no trace of it (seen once
+    in CI: a worker killed at 24 GiB). Where the size cannot be read (not Linux), no cap."""
+    try:
+        with open("/proc/self/statm") as statm:
+            size = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        yield
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = size + headroom if hard == resource.RLIM_INFINITY else min(size + headroom, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _too_big(exp) -> str | None:  # noqa: ANN001
     """Why a valid experiment is not run in a fuzz example (known limits), or None."""
     spec = exp.workload
@@ -359,7 +385,7 @@ def check_run(run) -> None:  # noqa: ANN001 - experiments.runner.ExperimentRun
 
 def run_one(data: dict, counts: Counter, *, prepare: Callable | None = None) -> None:
     """Parse and run one experiment mapping; count the outcome; fail on anything but ServesimError."""
-    with hang_guard():
+    with hang_guard(), memory_guard():
         try:
             exp = parse_experiment(copy.deepcopy(data), source="fuzz.yaml")
         except ServesimError as exc:
@@ -450,3 +476,15 @@ def test_fuzz_heavy_mutation():
 
     check()
     report("heavy mutation", counts, started)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads the process size from /proc")
+def test_memory_guard_turns_a_runaway_allocation_into_an_error():
+    """Within the guard an allocation past the headroom fails; after it, the old limit is back."""
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    with pytest.raises(MemoryError), memory_guard(headroom=256 * 2**20):
+        bytearray(2**31)
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    with memory_guard(headroom=256 * 2**20):
+        small = bytearray(2**20)  # well within the headroom
+    assert len(small) == 2**20 and len(bytearray(2**29)) == 2**29
