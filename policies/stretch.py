@@ -2,7 +2,9 @@
 
 Every step of a stretch processes one position for each of `decoders` still running (each
 selects a token) and, optionally, one `chunk` of a single prompt, which may be admitted by the
-first step (`admits`) and completed by the last (`tail`). Nothing else is admitted, preempted
+first step (`admits`) and completed by the last (`tail`). A stretch of one step may also admit
+a `newcomer` with its first chunk: beside the tail, or alone (continuous batching's prefill-only
+step, whose decode-only steps follow as `then`). Nothing else is admitted, preempted
 or swapped meanwhile, and no request arrives, unless it can only join the queue
 (`arrivals_wait`). Decoders may finish: in the stretch's last step, or, when the
 stretch runs past finishes (`remaining` is given), in any step, after which the batch goes on
@@ -39,8 +41,8 @@ class Stretch:
     tail: int = 0
     # Whether `prefill` heads the waiting queue and the first step admits it.
     admits: bool = False
-    # A waiting request the tail's step admits beside it, with its first chunk (a stretch of
-    # that one step).
+    # A waiting request the stretch's one step admits with its first chunk: beside the tail,
+    # or with no prompt chunk (continuous batching's step that admits a whole prompt).
     newcomer: Request | None = None
     newcomer_chunk: int = 0
     # Each decoder's steps until its last output (batch order), when the stretch may run past
@@ -97,6 +99,9 @@ class Stretch:
             yield 1, RunShape(n, self.decode_context + body * n, self.tail, self.prefill_context + body * self.chunk,
                               chunk_selects=True, new_chunk=self.newcomer_chunk,
                               new_selects=self.newcomer_selects)
+            return
+        if self.newcomer is not None:  # one step that admits it (beside any tail: above)
+            yield 1, self.run_shape()._replace(new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)
             return
         if not self.has_departures(limit):
             yield limit, self.run_shape()

@@ -440,3 +440,51 @@ def test_a_newcomer_step_with_room_left_stops_for_arrivals():
                                  max_num_batched_tokens=17)
     # The step of request 1's last chunk (6 positions) with both newcomers' prompts whole.
     assert ((steps["num_prefill_tokens"] == 6 + 3 + 3) & (steps["num_selected"] == 4)).any()
+
+
+@pytest.mark.parametrize("opts", [{}, {"admission": "reserve"}, {"admission": "watermark", "watermark": 0.2},
+                                  {"delivery_s": 0.003}])
+@pytest.mark.parametrize("cost_name", ["roofline", "constant"])
+def test_continuous_runs_admit_the_only_waiting_request(monkeypatch, opts, cost_name):
+    """Continuous batching's step that admits the one waiting request (prefill only, its whole
+    prompt) starts a run, and the decode-only steps that follow with it in the batch go on in
+    the same run; outputs equal stepping's. A request with one output finishes in that step."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch)
+    cost = (make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+            if cost_name == "roofline" else ConstantCostModel(step_s=0.01, per_token_s=1e-4))
+    requests = [req(0, 0.0, 30, 40), req(1, 0.1, 50, 1), req(2, 0.15, 20, 30), req(3, 0.2, 9, 25)]
+    fast, steps = _both_paths_equal(requests, "continuous", cost, num_blocks=64, block_size=4, **opts)
+    admitting = [(stretch, taken) for stretch, taken in applied if stretch.newcomer is not None]
+    assert [stretch.newcomer.request_id for stretch, _ in admitting] == [0, 1, 2, 3]
+    assert all(taken == 1 and not stretch.decoders and stretch.prefill is None for stretch, taken in admitting)
+    assert [stretch.then is not None for stretch, _ in admitting] == [True, False, True, True]
+    ran = [stretch for stretch, _ in applied]
+    assert all(stretch.then in ran for stretch, _ in admitting if stretch.then is not None)
+    # Every step is taken by a run: none is scheduled one at a time.
+    assert fast.num_events == len(requests) + len(admitting) + sum(
+        1 for stretch in ran if stretch.newcomer is None and not any(stretch is s.then for s, _ in admitting))
+    assert steps["num_prefill_tokens"].tolist().count(0) == len(steps) - 4
+
+
+def test_continuous_admission_runs_leave_queues_and_recomputes_to_stepping(monkeypatch):
+    """No admission run where two requests wait (the step could admit both), where the head has
+    no seat or blocks, or for a preempted request's recompute; the results still equal stepping's."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    # Two arrive together; then two one by one (admitted by runs), whose batch runs out of
+    # blocks (recompute preemption); then one while both hold the seats.
+    requests = [req(0, 0.0, 12, 30), req(1, 0.0, 12, 30), req(2, 0.5, 40, 60), req(3, 0.6, 40, 60),
+                req(4, 0.65, 8, 5)]
+    _, steps = _both_paths_equal(requests, "continuous", cost, num_blocks=40, block_size=4, max_num_seqs=2)
+    admitted = [stretch.newcomer.request_id for stretch, _ in applied if stretch.newcomer is not None]
+    # 0 and 1 are admitted together by a scheduled step; 3's recompute and 4 wait together.
+    assert admitted == [2, 3]
+    assert steps["num_preempted"].sum() > 0
