@@ -11,7 +11,7 @@ from __future__ import annotations
 from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_left
-from policies.stretch import Stretch
+from policies.stretch import DecoderCarry, Stretch
 from simcore.decode_blocks import after_storing, max_steps_within
 from simcore.request import Request
 
@@ -64,7 +64,8 @@ class ContinuousPolicy(BasePolicy):
         the prefill-only step that admits it whole and the decode-only steps that follow with it
         in the batch: most steps that `schedule` would plan under light load are those."""
         # Where the head can be admitted, the next step admits it: no decode-only run comes first.
-        if len(self.waiting) == 1 and not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None):
+        can_plan = not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None)
+        if len(self.waiting) == 1 and can_plan:
             stretch = self._admission_stretch(self.waiting[0])
             if stretch is not None:
                 return stretch
@@ -90,7 +91,8 @@ class ContinuousPolicy(BasePolicy):
             stretch.then = self._decodes_after_admission(head, reserve_positions, carry)
         return stretch
 
-    def _decodes_after_admission(self, head: Request, reserve_positions: int, carry) -> Stretch | None:  # noqa: ANN001
+    def _decodes_after_admission(self, head: Request, reserve_positions: int,
+                                 carry: DecoderCarry | None) -> Stretch | None:
         """The decode-only steps of the running batch and `head` after the step that admits it
         (nothing waits then), planned from the state that step leaves."""
         running, bs = self.running, self.bm.block_size
