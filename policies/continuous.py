@@ -12,7 +12,6 @@ from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_left
 from policies.stretch import DecoderCarry, Stretch
-from simcore.decode_blocks import after_storing, max_steps_within
 from simcore.request import Request
 
 
@@ -63,9 +62,12 @@ class ContinuousPolicy(BasePolicy):
         """Decode-only runs (the base's), and also, when one request waits and can be admitted,
         the prefill-only step that admits it whole and the decode-only steps that follow with it
         in the batch: most steps that `schedule` would plan under light load are those."""
-        # Where the head can be admitted, the next step admits it: no decode-only run comes first.
-        can_plan = not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None)
-        if len(self.waiting) == 1 and can_plan:
+        # Not where the step is planned otherwise: mixed steps admit beside the decodes, swapped
+        # requests come back before any admission, and a prefix cache or host tier gives the
+        # prompt hits and block ids the plan would have to work out.
+        admits_alone = not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None)
+        if admits_alone and len(self.waiting) == 1:
+            # Where the head can be admitted, the next step admits it: no decode-only run first.
             stretch = self._admission_stretch(self.waiting[0])
             if stretch is not None:
                 return stretch
@@ -74,42 +76,37 @@ class ContinuousPolicy(BasePolicy):
     def _admission_stretch(self, head: Request) -> Stretch | None:
         """The step `_admit_whole_prompts` takes when `head` is all that waits: it alone, whole
         (the first admission of a step gets the budget it needs), where a seat and the blocks
-        admission asks for are free. Recomputes are left to stepping."""
+        admission asks for are free; then the decode-only steps that follow."""
         running = self.running
+        # Not a recompute: its admission ends a preemption (`_note_resumed`) and its first
+        # output after it is a gap, which a run's admitted request does not account for.
         if head.num_outputs or head.request_id in self._preempted_at or len(running) >= self.options.max_num_seqs:
             return None
-        reserve_positions = self._admission_reserve(head)
         prompt = head.num_tokens
-        if not self.bm.can_allocate(self.bm.blocks_for(reserve_positions or prompt),
-                                    reserve=self.num_watermark_blocks()):
+        if not self.bm.can_allocate(self._blocks_to_admit(head, prompt), reserve=self.num_watermark_blocks()):
             return None
         carry = self._carried(running)
         if carry is None and len(running) > self._num_known_decoding and not self._all_decoding(running):
             return None  # every running request must decode in the steps that follow
-        stretch = Stretch(1, [], [], [], 0, 1, newcomer=head, newcomer_chunk=prompt)
+        # One step, no decoders in it (none has a step to its first finish).
+        stretch = Stretch(num_steps=1, decoders=[], decode_ids=[], decode_firsts=[], decode_context=0,
+                          steps_to_finish=1, newcomer=head, newcomer_chunk=prompt)
         if head.num_target_outputs > 1:
-            stretch.then = self._decodes_after_admission(head, reserve_positions, carry)
+            stretch.then = self._decodes_after_admission(head, carry)
         return stretch
 
-    def _decodes_after_admission(self, head: Request, reserve_positions: int,
-                                 carry: DecoderCarry | None) -> Stretch | None:
+    def _decodes_after_admission(self, head: Request, carry: DecoderCarry | None) -> Stretch | None:
         """The decode-only steps of the running batch and `head` after the step that admits it
         (nothing waits then), planned from the state that step leaves."""
-        running, bs = self.running, self.bm.block_size
-        reserved = self.bm.blocks_for(reserve_positions)
-        need, head_first = after_storing(reserved * bs + 1, head.num_tokens, bs)
+        running = self.running
+        taken, head_first = self._blocks_on_admission(head, head.num_tokens)
         if carry is not None:
             ids, remaining = carry.ids, carry.steps_left() or steps_left(running)
         else:
             ids, remaining = request_ids(running), steps_left(running)
-        firsts = [*self.bm.first_new_block_steps(ids), head_first]
         remaining.append(head.num_target_outputs - 1)
-        to_finish = min(remaining)
-        past = self.run_past_finishes and self.can_run_past_finishes()
-        limit = max_steps_within(firsts, bs, self.bm.num_free_blocks - reserved - need,
-                                 max(remaining) if past else to_finish)
-        if limit < 1 or not self._decodes_all_fit(len(firsts)):
-            return None
+        # The running requests did not advance in the admission step.
         contexts = [*map(num_processed_of, running), head.num_tokens]
-        return Stretch(limit, [*running, head], [*ids, head.request_id], firsts, sum(contexts), to_finish,
-                       remaining=remaining if past else None, decode_contexts=contexts)
+        return self._decodes_joined([*running, head], [*ids, head.request_id],
+                                    [*self.bm.first_new_block_steps(ids), head_first], remaining, contexts,
+                                    self.bm.num_free_blocks - taken)

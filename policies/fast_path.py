@@ -175,10 +175,7 @@ class StretchMixin:
         if self.bm.enable_prefix_caching:
             return True
         head = self.waiting[0]
-        if self.options.admission == "reserve":
-            need = self.bm.blocks_for(head.num_final_positions)
-        else:
-            need = self.bm.blocks_for(min(head.num_tokens, self._first_chunk_limit(len(self.running))))
+        need = self._blocks_to_admit(head, min(head.num_tokens, self._first_chunk_limit(len(self.running))))
         return need <= 0 or self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
 
     def _first_chunk_limit(self, num_decodes: int) -> int:
@@ -191,7 +188,7 @@ class StretchMixin:
         """The decode-only stretch that follows one whose last step completes its prompt (the
         tail, `pending` positions from now): that request now decodes beside the stretch's
         decoders, none of which finished. Planned from the state the stretch leaves."""
-        num_steps, prompt, bs = stretch.num_steps, stretch.prefill, self.bm.block_size
+        num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
         decoders = stretch.decoders
         taken, firsts, prompt_first = self._blocks_after(stretch, pending)
@@ -200,13 +197,21 @@ class StretchMixin:
         contexts = [c + num_steps for c in map(num_processed_of, decoders)]
         remaining.append(prompt.num_target_outputs - 1)
         contexts.append(prompt.num_processed + pending)
+        return self._decodes_joined([*decoders, prompt], [*stretch.decode_ids, prompt.request_id], firsts, remaining,
+                                    contexts, self.bm.num_free_blocks - taken)
+
+    def _decodes_joined(self, decoders: list[Request], ids: list[int], firsts: list[int], remaining: list[int],
+                        contexts: list[int], num_free: int) -> Stretch | None:
+        """The decode-only stretch of `decoders` that follows a part which brought the last of
+        them into the batch, planned from what that part leaves: their next new-block steps,
+        steps to their last outputs and contexts, and the blocks free."""
         to_finish = min(remaining)
         past = self.run_past_finishes and self.can_run_past_finishes()
-        limit = max_steps_within(firsts, bs, self.bm.num_free_blocks - taken, max(remaining) if past else to_finish)
+        limit = max_steps_within(firsts, self.bm.block_size, num_free, max(remaining) if past else to_finish)
         if limit < 1 or not self._decodes_all_fit(len(firsts)):
             return None
-        return Stretch(limit, [*decoders, prompt], [*stretch.decode_ids, prompt.request_id], firsts, sum(contexts),
-                       to_finish, remaining=remaining if past else None, decode_contexts=contexts)
+        return Stretch(limit, decoders, ids, firsts, sum(contexts), to_finish, remaining=remaining if past else None,
+                       decode_contexts=contexts)
 
     def _blocks_after(self, stretch: Stretch, pending: int) -> tuple[int, list[int], int]:
         """What a prefill stretch's steps, and its prompt's `pending` positions, leave to the block
@@ -215,12 +220,24 @@ class StretchMixin:
         assert prompt is not None
         taken, firsts = after_storing_each(stretch.decode_firsts, stretch.num_steps, bs)
         if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
-            reserved = self.bm.blocks_for(self._admission_reserve(prompt))
-            prompt_first = reserved * bs + 1
+            prompt_taken, prompt_after = self._blocks_on_admission(prompt, pending)
         else:
-            reserved, prompt_first = 0, self.bm.first_new_block_steps([prompt.request_id])[0]
-        need, prompt_after = after_storing(prompt_first, pending, bs)
-        return taken + reserved + need, firsts, prompt_after
+            prompt_taken, prompt_after = after_storing(self.bm.first_new_block_steps([prompt.request_id])[0], pending, bs)
+        return taken + prompt_taken, firsts, prompt_after
+
+    def _blocks_on_admission(self, request: Request, num_positions: int) -> tuple[int, int]:
+        """Blocks a request admitted now holds once its first `num_positions` positions are
+        stored (those admission reserves up front, and any more they need), and its next
+        new-block step then."""
+        bs = self.bm.block_size
+        reserved = self.bm.blocks_for(self._admission_reserve(request))
+        need, first = after_storing(reserved * bs + 1, num_positions, bs)
+        return reserved + need, first
+
+    def _blocks_to_admit(self, request: Request, num_positions: int) -> int:
+        """Blocks admission must find free to admit a waiting request with its first
+        `num_positions` positions (reserve admission: blocks for every position it will hold)."""
+        return self.bm.blocks_for(self._admission_reserve(request) or num_positions)
 
     def _admission_reserve(self, request: Request) -> int:
         """Positions admission allocates blocks for up front (reserve admission: all of them)."""

@@ -100,7 +100,7 @@ class Stretch:
                               chunk_selects=True, new_chunk=self.newcomer_chunk,
                               new_selects=self.newcomer_selects)
             return
-        if self.newcomer is not None:  # one step that admits it (beside any tail: above)
+        if self.newcomer is not None:  # a step that admits it with no prompt chunk (with one: above)
             yield 1, self.run_shape()._replace(new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)
             return
         if not self.has_departures(limit):

@@ -443,7 +443,7 @@ def test_a_newcomer_step_with_room_left_stops_for_arrivals():
 
 
 @pytest.mark.parametrize("opts", [{}, {"admission": "reserve"}, {"admission": "watermark", "watermark": 0.2},
-                                  {"delivery_s": 0.003}])
+                                  {"delivery_s": 0.003}, {"track_block_ids": True}])
 @pytest.mark.parametrize("cost_name", ["roofline", "constant"])
 def test_continuous_runs_admit_the_only_waiting_request(monkeypatch, opts, cost_name):
     """Continuous batching's step that admits the one waiting request (prefill only, its whole
@@ -488,3 +488,24 @@ def test_continuous_admission_runs_leave_queues_and_recomputes_to_stepping(monke
     # 0 and 1 are admitted together by a scheduled step; 3's recompute and 4 wait together.
     assert admitted == [2, 3]
     assert steps["num_preempted"].sum() > 0
+
+
+@pytest.mark.parametrize("horizon", [None, 1.2])
+def test_continuous_admission_runs_with_follow_up_turns_and_a_horizon(monkeypatch, horizon):
+    """Follow-up turns (released when their parent finishes) and a horizon that ends the run
+    mid-way: admission runs still fire and the results equal stepping's."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    requests = workload(7, content=False, sessions=True)
+    (slow, slow_requests, slow_steps), (fast, fast_requests, fast_steps) = run_both(
+        requests, "continuous", {}, cost=cost, caching=False, horizon=horizon)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
+    assert _expanded(slow.itl) == _expanded(fast.itl)
+    assert slow.end_reason == fast.end_reason == ("done" if horizon is None else "max_sim_time")
+    admitted = [stretch.newcomer for stretch, _ in applied if stretch.newcomer is not None]
+    assert any(request.parent_id is not None for request in admitted)  # a follow-up turn among them
