@@ -113,6 +113,15 @@ def test_lognormal_without_max_stays_in_range():
     assert all(1 <= r.prompt_len <= 2**31 - 1 for r in requests)
 
 
+def test_a_normal_length_with_std_minus_zero_is_a_point_mass():
+    """Was: `std: -0.0` passed `std >= 0`, then numpy refused the scale ('scale < 0', a traceback;
+    found by the config fuzzer)."""
+    spec = parse_workload({"num_requests": 5, "arrivals": {"kind": "burst"},
+                           "prompt_len": {"kind": "normal", "mean": 40.4, "std": -0.0, "max": 100},
+                           "output_len": {"kind": "fixed", "value": 1}})
+    assert [r.prompt_len for r in build_requests(spec, seed=0, base_dir=Path("."))] == [40] * 5
+
+
 @pytest.mark.parametrize(
     ("params", "match"),
     [({"step_s": "abc"}, r"cost_model.step_s: wrong type; expected a number, found 'abc'"),

@@ -37,7 +37,8 @@ def lognormal_lengths(
 def normal_lengths(
     mean: float, std: float, num: int, rng: np.random.Generator, *, min_len: int = 1, max_len: int | None = None
 ) -> np.ndarray:
-    return _round_clip(rng.normal(mean, std, num), min_len, max_len)
+    # + 0.0 turns -0.0 into 0.0: it passes `std >= 0`, but numpy reads the sign bit and refuses it.
+    return _round_clip(rng.normal(mean, std + 0.0, num), min_len, max_len)
 
 
 def empirical_lengths(values: list[int], num: int, rng: np.random.Generator) -> np.ndarray:
