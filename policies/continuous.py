@@ -62,11 +62,11 @@ class ContinuousPolicy(BasePolicy):
         """Decode-only runs (the base's), and also, when one request waits and can be admitted,
         the prefill-only step that admits it whole and the decode-only steps that follow with it
         in the batch: most steps that `schedule` would plan under light load are those."""
-        # Not where the step is planned otherwise: mixed steps admit beside the decodes, swapped
-        # requests come back before any admission, and a prefix cache or host tier gives the
-        # prompt hits and block ids the plan would have to work out.
-        admits_alone = not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None)
-        if admits_alone and len(self.waiting) == 1:
+        # Only where nothing else shapes the admission step: mixed steps admit beside the
+        # decodes, swapped requests come back before any admission, and a prefix cache or host
+        # tier gives prompts hits and block ids that planning would have to work out.
+        can_plan_admission = not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None)
+        if can_plan_admission and len(self.waiting) == 1:
             # Where the head can be admitted, the next step admits it: no decode-only run first.
             stretch = self._admission_stretch(self.waiting[0])
             if stretch is not None:
