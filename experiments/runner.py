@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import platform
 import time
 from dataclasses import dataclass, field
@@ -59,7 +60,13 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
         weight_dtype_bytes=DTYPE_BYTES[exp.weight_dtype], gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
         tensor_parallel=exp.tensor_parallel, source=source,
     )
-    num_host_blocks = int(exp.kv_cache.host_memory_gib * GIB // bytes_per_block)
+    host_bytes = exp.kv_cache.host_memory_gib * GIB
+    if not math.isfinite(host_bytes):  # past the float range (and inf // n is nan)
+        raise ConfigError(
+            f"{exp.kv_cache.host_memory_gib:g} GiB holds more KV blocks than servesim tracks ({MAX_BLOCKS:,}); "
+            "use less memory", source=source, where="kv_cache.host_memory_gib",
+        )
+    num_host_blocks = int(host_bytes // bytes_per_block)
     for where, count in (("kv_cache.num_blocks", num_blocks), ("kv_cache.host_memory_gib", num_host_blocks)):
         if count > MAX_BLOCKS:
             raise ConfigError(

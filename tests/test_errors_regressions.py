@@ -113,6 +113,18 @@ def test_lognormal_without_max_stays_in_range():
     assert all(1 <= r.prompt_len <= 2**31 - 1 for r in requests)
 
 
+def test_host_memory_past_the_float_range_is_a_config_error():
+    """Was: `host_memory_gib: 1e300` times a GiB overflowed to inf, and inf // block bytes is
+    nan ('cannot convert float NaN to integer', a traceback; found by the config fuzzer)."""
+    exp = parse_experiment(with_changes(**{"kv_cache.host_memory_gib": 1e300}), source="exp.yaml")
+    with pytest.raises(ConfigError, match=r"exp.yaml: kv_cache.host_memory_gib: 1e\+300 GiB holds more KV blocks"):
+        resolve_kv(exp, source="exp.yaml")
+    # Large but within range: the block-count limit's own message.
+    exp = parse_experiment(with_changes(**{"kv_cache.host_memory_gib": 1e12}), source="exp.yaml")
+    with pytest.raises(ConfigError, match=r"kv_cache.host_memory_gib: .* KV blocks is more than servesim tracks"):
+        resolve_kv(exp, source="exp.yaml")
+
+
 def test_a_normal_length_with_std_minus_zero_is_a_point_mass():
     """Was: `std: -0.0` passed `std >= 0`, then numpy refused the scale ('scale < 0', a traceback;
     found by the config fuzzer)."""
