@@ -41,6 +41,7 @@ from experiments.config import CostModelConfig, Experiment, OutputConfig
 from experiments.runner import ExperimentRun, resolve_kv, run_experiment
 from simcore.errors import ConfigError, ServesimError
 from simcore.model import DTYPE_BYTES
+from simcore.paths import expand_home
 from simcore.plan import StepPlan
 
 CHEAP_MODELS = ("profiled", "roofline")
@@ -140,12 +141,12 @@ def resolve_setup(exp: Experiment, *, source: Path | None, device: str | None = 
         raise ConfigError("validate compares the torch engine with profiled and roofline models",
                           source=src, where="cost_model.name", expected="profiled, roofline or torch", found=own)
     if profile is not None:
-        profiled["table"] = str(Path(profile).expanduser().resolve())
+        profiled["table"] = str(expand_home(profile).resolve())
     if calibration is not None:
-        roofline["calibration"] = str(Path(calibration).expanduser().resolve())
+        roofline["calibration"] = str(expand_home(calibration).resolve())
     profile_path = None
     if profiled.get("table"):
-        profile_path = Path(profiled["table"]).expanduser()
+        profile_path = expand_home(profiled["table"])
         if not profile_path.is_absolute():
             profile_path = base / profile_path
     names = against or (["profiled", "roofline"] if profile_path is not None else ["roofline"])

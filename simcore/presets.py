@@ -14,6 +14,7 @@ from pathlib import Path
 
 from simcore.errors import ConfigError
 from simcore.model import ModelSpec
+from simcore.paths import expand_home
 
 GB = 10**9  # vendors' decimal gigabyte
 
@@ -203,7 +204,7 @@ def _looks_like_path(text: str) -> bool:
 
 
 def _resolve(text: str, source: str | Path | None) -> Path:
-    path = Path(text).expanduser()
+    path = expand_home(text)
     if not path.is_absolute() and source is not None and Path(source).is_file():
         path = Path(source).parent / path
     return path

@@ -125,6 +125,22 @@ def test_host_memory_past_the_float_range_is_a_config_error():
         resolve_kv(exp, source="exp.yaml")
 
 
+@pytest.mark.parametrize(("field", "value", "match"), [
+    ("model", "~0", r"model: unknown model.*found '~0'"),
+    ("model", "~no-such-user-0/config.json", r"no-such-user-0"),
+    ("workload.trace", {"path": "~no-such-user-0/t.csv", "format": "csv"},
+     r"workload.trace.path: trace file not found.*no-such-user-0"),
+])
+def test_a_path_under_an_unknown_users_home_is_a_config_error(field, value, match):
+    """Was: `Path.expanduser` raised RuntimeError('Could not determine home directory.') for
+    ~user of no such user (a traceback; found by the config fuzzer with `model: ~0`)."""
+    changes = {field: value}
+    if field == "workload.trace":
+        changes = {"workload": {"trace": value, "num_requests": 3}}
+    with pytest.raises(ConfigError, match=match):
+        run(with_changes(**changes))
+
+
 def test_a_normal_length_with_std_minus_zero_is_a_point_mass():
     """Was: `std: -0.0` passed `std >= 0`, then numpy refused the scale ('scale < 0', a traceback;
     found by the config fuzzer)."""

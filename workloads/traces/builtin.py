@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simcore.errors import ConfigError
+from simcore.paths import expand_home
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 BUILTIN_TRACES = {
@@ -24,7 +25,7 @@ def resolve_trace_path(path: str, *, base_dir: Path, source: str | None = None) 
                 expected=f"one of {['builtin:' + k for k in BUILTIN_TRACES]}", found=name, choices=list(BUILTIN_TRACES),
             )
         return BUILTIN_TRACES[name]
-    resolved = (Path(base_dir) / Path(path).expanduser()).resolve()
+    resolved = (Path(base_dir) / expand_home(path)).resolve()
     if not resolved.is_file():
         raise ConfigError(
             "trace file not found", source=source, where="workload.trace.path",
