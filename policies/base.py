@@ -402,11 +402,10 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         if chunk <= 0 or budget.num_seqs <= 0 or (whole and chunk < pending):
             return 0
         revived = sum(1 for b in hit.block_ids if self.bm.ref_counts[b] == 0) if hit.block_ids else 0
-        reserve_positions = self._admission_reserve(request)
-        need = self.bm.blocks_for(reserve_positions or num_hit + chunk) - hit.num_blocks
+        need = self._blocks_to_admit(request, num_hit + chunk) - hit.num_blocks
         if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
             return 0
-        self._admit(request, now, reserve_positions, hit, num_hit)
+        self._admit(request, now, self._admission_reserve(request), hit, num_hit)
         if host_hits:
             self._reload_from_host(request, hit.num_blocks, host_hits)
         assert self._plan is not None
