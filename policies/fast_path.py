@@ -280,8 +280,13 @@ class StretchMixin:
         departures = stretch.has_departures(num_steps)
         if running:
             lasts = list(map(last_token_of, running))
-            if lasts.count(lasts[0]) == len(lasts):  # each decoded in the same step (the usual case)
-                self.itl.add(first - lasts[0], len(lasts))
+            num_alike = lasts.count(lasts[0])
+            if num_alike == len(lasts):  # each decoded in the same step (the usual case)
+                self.itl.add(first - lasts[0], num_alike)
+            elif num_alike == len(lasts) - 1 and lasts[-1] != lasts[0]:
+                # All but the newest, admitted by the step before (a run that follows an
+                # admission): add_gaps' entries, without its passes.
+                self.itl.add_two(first - lasts[0], num_alike, first - lasts[-1])
             else:
                 self.itl.add_gaps([first - t for t in lasts])
             gaps = list(map(sub, times[1:], times[:-1]))
@@ -298,7 +303,8 @@ class StretchMixin:
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
         # The blocks it is grown for the steps it does not take go back with the rest when it
         # finishes (departures happen only where blocks are counts), and the plan counted them.
-        self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
+        if running:  # a step that admits a request alone decodes none
+            self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
         if self.bm.enable_prefix_caching:
             for request in running:
                 before = request.num_processed

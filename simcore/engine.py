@@ -171,11 +171,13 @@ def simulate(
             policy.finished.clear()
             on_finished(batch)
 
-    def stretch():  # noqa: ANN202
-        """Take a run of steps of known shapes at once; returns the number taken (0 if none)."""
+    def price_stretch():  # noqa: ANN202
+        """The run of steps of known shapes that comes next, priced so that it can be taken at
+        once: (its parts, its start, each step's end and duration, whether arrivals wait), or
+        None when there is none (or an arrival comes first)."""
         plan = policy.plan_stretch()
         if plan is None:
-            return 0
+            return None
         parts = plan.parts()
         start = state["now"]
         runs = (run for part in parts for run in part.runs())
@@ -203,10 +205,13 @@ def simulate(
                 break
             add_end(clock)
             add_taken(duration)
+        if not ends:
+            return None  # an arrival comes first
+        return parts, start, ends, taken, arrivals_wait
+
+    def take_stretch(parts, start: float, ends: list[float], taken: list[float], arrivals_wait: bool) -> None:  # noqa: ANN001
+        """Complete a priced run of steps (see `price_stretch`) once its last step has ended."""
         num_steps = len(ends)
-        if not num_steps:
-            return 0  # an arrival comes first
-        yield from _wait_until(env, ends[-1])
         state["now"] = ends[-1]
         starts = [start, *ends[:-1]]
         # Requests that arrived during the run join the queue as stepping would have them join,
@@ -230,7 +235,6 @@ def simulate(
         state["events"] += 1
         if limits.check_invariants:
             policy.check()
-        return num_steps
 
     def apply_part(part, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
                    late: list[int] | None) -> None:
@@ -283,8 +287,10 @@ def simulate(
         while True:
             take_arrivals(state["now"])
             if fast:
-                taken = yield from stretch()
-                if taken:
+                priced = price_stretch()
+                if priced is not None:
+                    yield _until(env, priced[2][-1])
+                    take_stretch(*priced)
                     if limits.max_wall_time_s is not None and time.perf_counter() - wall_start > limits.max_wall_time_s:
                         state["end"] = "max_wall_time"
                         return
@@ -300,7 +306,7 @@ def simulate(
                     return
                 if upcoming >= horizon:
                     return end_at_horizon()
-                yield from _wait_until(env, upcoming)
+                yield _until(env, upcoming)
                 state["now"] = upcoming
                 continue
             duration = cost_model.step_time(plan)
@@ -310,7 +316,7 @@ def simulate(
             end = start + duration
             if end >= horizon:
                 return end_at_horizon()  # the run ends before this step does
-            yield from _wait_until(env, end)
+            yield _until(env, end)
             state["now"] = end
             release_turns(policy.complete(plan, end), end)
             flush()
@@ -392,9 +398,10 @@ def _extras(cost_model: CostModel, plan) -> dict[str, float] | None:  # noqa: AN
     return extras
 
 
-def _wait_until(env: simpy.Environment, when: float):  # noqa: ANN202
-    """Let SimPy's clock reach `when` (to within rounding: the engine keeps the exact time)."""
-    yield env.timeout(max(when - env.now, 0.0))
+def _until(env: simpy.Environment, when: float) -> simpy.Timeout:
+    """The event that lets SimPy's clock reach `when` (to within rounding: the engine keeps the
+    exact time)."""
+    return env.timeout(max(when - env.now, 0.0))
 
 
 def _stuck_message(policy, now: float) -> str:  # noqa: ANN001

@@ -1,7 +1,8 @@
 """Per-step records: one tuple per step, or columns for a run of steps; kept as column chunks.
 
-Within a run most columns hold one value, or one until the last step, so those are kept as runs
-of equal values; the columns that change every step (ids, times) as lists. The counts a run's
+Within a run most columns hold one value, or one until the last step, so a run is kept as the
+tuple of its columns (a value or (value, last) pair each; lists for the columns that change
+every step: ids, times) and expanded a chunk of runs at a time, in bulk. The counts a run's
 steps derive from a few numbers (decoders, running requests, blocks, resident tokens: see
 `simcore.run_counts`) are filled in for a whole chunk at once when it is sealed.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +44,9 @@ STEP_COLUMNS = (
     "blocks_copied",
 )
 FLOAT_COLUMNS = {"start_s", "duration_s"}
-# Columns that change at every step of a run are kept as plain lists; the others, which within
-# a run mostly hold one value (or one until its last step), as runs of equal values. Counts
-# that a run derives (`RunCounts`) are filled in when the chunk is sealed.
+# Columns that change at every step of a run come as a value per step; the others, which within
+# a run mostly hold one value (or one until its last step), as that value. Counts that a run
+# derives (`RunCounts`) are filled in when the chunk is sealed.
 PER_STEP_COLUMNS = {"step_id", "start_s", "duration_s"}
 CHUNK_ROWS = 16384  # rows buffered as Python objects before they become numpy columns
 
@@ -58,13 +60,13 @@ _DICTIONARY_COLUMNS = [name for name in STEP_COLUMNS
 
 class StepLog:
     def __init__(self, spill_path: Path | None = None) -> None:
-        # Single steps arrive as row tuples (`rows`); runs of steps as columns: `values` (per
-        # step, or one per run of equal values) and `counts` (each value's number of steps; None
-        # for per-step columns). `order` keeps the sequence: +n for a run of n steps, -k for k
+        # Single steps arrive as row tuples (`rows`); runs of steps as their column tuples
+        # (`runs`, see `add_run`) with their lengths (`run_lengths`), turned into columns when
+        # the chunk is sealed. `order` keeps the sequence: +n for a run of n steps, -k for k
         # single steps in a row. A sealed chunk interleaves the two by it.
         self.rows: list[tuple]
-        self.values: list[list]
-        self.counts: list[list | None]
+        self.runs: list[Sequence[Any]]
+        self.run_lengths: list[int]
         self.order: list[int]
         self._num_buffered: int
         self._reset_buffers()
@@ -101,25 +103,14 @@ class StepLog:
         columns, their values (an iterable of that length); for the others, one value for
         every step, a (value, last) pair (one value for every step but the last), or a list
         of every step's values. With `derived`, the columns it derives (see
-        `expand_run_counts`) come from it, whatever `columns` holds for them."""
+        `expand_run_counts`) come from it, whatever `columns` holds for them. The columns are
+        kept as given (the caller must not change them) and expanded a chunk at a time: a run
+        costs one append, not one per column."""
         if derived is not None:
             self._derived_runs.append((self._num_run_rows, derived))
         self._num_run_rows += num_steps
-        for values, counts, column in zip(self.values, self.counts, columns):
-            if counts is None:
-                values.extend(column)
-            elif type(column) is tuple:
-                body, last = column
-                values.append(body)
-                values.append(last)
-                counts.append(num_steps - 1)
-                counts.append(1)
-            elif type(column) is list:
-                values.extend(column)
-                counts.extend([1] * num_steps)
-            else:
-                values.append(column)
-                counts.append(num_steps)
+        self.runs.append(columns)
+        self.run_lengths.append(num_steps)
         self.order.append(num_steps)
         self.num_rows += num_steps
         self._num_buffered += num_steps
@@ -128,8 +119,8 @@ class StepLog:
 
     def _reset_buffers(self) -> None:
         self.rows = []
-        self.values = [[] for _ in STEP_COLUMNS]
-        self.counts = [None if per_step else [] for per_step in _PER_STEP]
+        self.runs = []
+        self.run_lengths = []
         self.order = []
         self._num_buffered = 0
         self._num_run_rows = 0
@@ -143,11 +134,14 @@ class StepLog:
         singles = list(zip(*self.rows)) if self.rows else None
         has_runs = not is_single.all()
         derived, rows = self._derived_columns()
+        by_column = list(zip(*self.runs)) if self.runs else [()] * len(STEP_COLUMNS)
+        lengths = np.array(self.run_lengths, dtype=np.int64)
         out = []
-        for index, (dtype, values, counts) in enumerate(zip(_DTYPES, self.values, self.counts)):
-            runs = np.array(values, dtype=dtype)
-            if counts is not None:
-                runs = np.repeat(runs, np.array(counts, dtype=np.int64))
+        for index, (dtype, per_step, entries) in enumerate(zip(_DTYPES, _PER_STEP, by_column)):
+            if per_step:
+                runs = np.fromiter(chain.from_iterable(entries), dtype=dtype, count=self._num_run_rows)
+            else:
+                runs = _expand_run_column(entries, lengths, dtype)
             if STEP_COLUMNS[index] in derived:
                 runs[rows] = derived[STEP_COLUMNS[index]]
             if singles is None:
@@ -235,3 +229,26 @@ class StepLog:
             self._seal()
         finally:
             self.spill_path = spill
+
+
+def _expand_run_column(entries: Sequence[Any], lengths: np.ndarray, dtype: type) -> np.ndarray:
+    """One column of runs (an entry per run, in any of `StepLog.add_run`'s forms) as a value
+    per step. Most columns hold one value per run, some a (body, last) pair: those in bulk."""
+    kinds = set(map(type, entries))
+    if list in kinds:  # every step's values, in some run (rare): run by run
+        values = []
+        for entry, length in zip(entries, lengths.tolist()):
+            if type(entry) is list:
+                values.extend(entry)
+            elif type(entry) is tuple:
+                values.extend([entry[0]] * (length - 1))
+                values.append(entry[1])
+            else:
+                values.extend([entry] * length)
+        return np.array(values, dtype=dtype)
+    if tuple not in kinds:
+        return np.repeat(np.array(entries, dtype=dtype), lengths)
+    body = [entry[0] if type(entry) is tuple else entry for entry in entries]
+    column = np.repeat(np.array(body, dtype=dtype), lengths)
+    column[np.cumsum(lengths) - 1] = [entry[1] if type(entry) is tuple else entry for entry in entries]
+    return column
