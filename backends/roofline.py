@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -174,23 +176,32 @@ class RooflineCostModel:
     def iter_step_times(self, shape: RunShape) -> Iterator[float]:
         """Times of a run's successive steps, bit-equal to step_time: the fast path's pricing, one
         step at a time so that a run cut short by an arrival prices only the steps it takes."""
-        n, q, fresh = shape.num_decodes, shape.chunk, shape.new_chunk
-        # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A new
-        # prompt's chunk (one-step runs only) adds q^2 on no context.
-        attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q) + fresh * fresh
-        attn_step = 2 * n + 2 * q * q
-        kv_positions = shape.decode_context + shape.prefill_context + n + q + fresh
-        kv_step = n + q
-        dense, comm, overhead = self._fixed_parts(n + q + fresh, shape.num_seqs, shape.num_selecting)
+        return self.iter_run_times(((sys.maxsize, shape),))
+
+    def iter_run_times(self, pieces: Iterable[tuple[int, RunShape]]) -> Iterator[float]:
+        """iter_step_times for a run of several shapes, (steps, shape) pieces in turn, as one
+        generator (a run has a piece per span between finishes: one generator each cost more
+        than their steps)."""
         per_work = self._attn_flops_per_work
         per_position = self._kv_bytes_per_pos
         compute_rate, mem_rate = self._compute_rate, self._mem_rate
-        while True:
-            # The same operations, in the same order, as _parts and _compute_time.
-            attention = max(attn_work * per_work / compute_rate, kv_positions * per_position / mem_rate)
-            yield dense + attention + comm + overhead
-            attn_work += attn_step
-            kv_positions += kv_step
+        for num_steps, shape in pieces:
+            n, q, fresh = shape.num_decodes, shape.chunk, shape.new_chunk
+            # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A
+            # new prompt's chunk (one-step runs only) adds q^2 on no context.
+            attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q) + fresh * fresh
+            attn_step = 2 * n + 2 * q * q
+            kv_positions = shape.decode_context + shape.prefill_context + n + q + fresh
+            kv_step = n + q
+            dense, comm, overhead = self._fixed_parts(n + q + fresh, shape.num_seqs, shape.num_selecting)
+            for _ in repeat(None, num_steps):
+                # The same operations, in the same order, as _parts and _compute_time (whose
+                # maximum of two floats is the larger, the first at a tie, as here).
+                compute = attn_work * per_work / compute_rate
+                memory = kv_positions * per_position / mem_rate
+                yield dense + (memory if memory > compute else compute) + comm + overhead
+                attn_work += attn_step
+                kv_positions += kv_step
 
     def _fixed_parts(self, num_tokens: int, num_seqs: int, num_selecting: int) -> tuple[float, float, float]:
         """_parts' dense, comm and overhead terms (they do not depend on context), kept by shape."""

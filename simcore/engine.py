@@ -105,8 +105,10 @@ def simulate(
     # always be expressed as now + delay), so times are read from here, never from env.now.
     state = {"end": "done", "events": 0, "next_timed": 0, "now": 0.0}
     # Runs of steps need a cost model that prices them without a plan per step: one at a time
-    # (`iter_step_times`, preferred) or in bulk (`aggregate_step_times`); and no per-step callback.
+    # (`iter_step_times`, preferred; or `iter_run_times`, the same for a whole run's pieces) or in
+    # bulk (`aggregate_step_times`); and no per-step callback.
     priced_one_by_one = getattr(cost_model, "iter_step_times", None)
+    priced_run = getattr(cost_model, "iter_run_times", None)
     bulk = getattr(cost_model, "aggregate_step_times", None)
     fast = limits.fast_forward and on_step is None and (priced_one_by_one is not None or bulk is not None)
     horizon = limits.max_sim_time_s if limits.max_sim_time_s is not None else math.inf
@@ -181,7 +183,9 @@ def simulate(
         parts = plan.parts()
         start = state["now"]
         runs = (run for part in parts for run in part.runs())
-        if priced_one_by_one is not None:
+        if priced_run is not None:
+            durations = priced_run(runs)
+        elif priced_one_by_one is not None:
             durations = chain.from_iterable(islice(priced_one_by_one(shape), steps) for steps, shape in runs)
         else:
             durations = [duration for steps, shape in runs

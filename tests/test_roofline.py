@@ -289,6 +289,25 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
                                                explicit.num_decode_tokens, explicit.num_selecting)
 
 
+@settings(max_examples=40, deadline=None)
+@given(model_index=st.integers(0, len(MODELS) - 1),
+       pieces=st.lists(st.tuples(st.integers(0, 12), st.integers(0, 300), st.integers(0, 10**6), st.integers(0, 700),
+                                 st.integers(0, 20_000)), min_size=1, max_size=5))
+def test_a_run_of_pieces_prices_each_piece_as_iter_step_times(model_index, pieces):
+    """iter_run_times (the engine's pricing of a run whose shape changes at finishes) gives each
+    piece's steps exactly as iter_step_times does, in turn; a piece of no steps gives none."""
+    from itertools import islice
+
+    from simcore.plan import RunShape
+
+    model = MODELS[model_index]
+    shapes = [(steps, RunShape(max(n, 0 if chunk else 1), context, chunk, prefill if chunk else 0))
+              for steps, n, context, chunk, prefill in pieces]
+    expected = [time for steps, shape in shapes for time in islice(model.iter_step_times(shape), steps)]
+    assert list(model.iter_run_times(iter(shapes))) == expected
+    assert len(expected) == sum(steps for steps, _ in shapes)
+
+
 def test_a_copy_prices_the_same_and_starts_without_the_shape_cache():
     import pickle
     from itertools import islice
