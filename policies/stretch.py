@@ -101,7 +101,8 @@ class Stretch:
                               new_selects=self.newcomer_selects)
             return
         if self.newcomer is not None:  # a step that admits it with no prompt chunk (with one: above)
-            yield 1, self.run_shape()._replace(new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)
+            yield 1, RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context,
+                              new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)
             return
         if not self.has_departures(limit):
             yield limit, self.run_shape()

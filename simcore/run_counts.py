@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -37,18 +38,25 @@ class RunCounts:
     last: tuple[int, int, int] = (0, 0, 0)
 
 
+_SCALAR_FIELDS = attrgetter("num_steps", "chunk", "prompt_first", "blocks", "running", "resident", "completes",
+                            "has_prompt")
+_firsts_of = attrgetter("firsts")
+_last_of = attrgetter("last")
+
+
 def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     """Every step of `runs` (of one block size), in order: decoders, sequences, selecting
     sequences, and after the step running requests, blocks in use and resident tokens, by step
     record column (int64 arrays, one row a step)."""
     bs = runs[0].block_size
-
-    def column(name: str) -> np.ndarray:
-        return np.array([getattr(run, name) for run in runs], dtype=np.int64)
-
-    lengths, chunk = column("num_steps"), column("chunk")
-    num_decoders = np.array([len(run.firsts) for run in runs], dtype=np.int64)
-    last_running, last_blocks, last_resident = np.array([run.last for run in runs], dtype=np.int64).reshape(-1, 3).T
+    # Each field across the runs, read in C-level passes (each run's fields as a row).
+    num_runs = len(runs)
+    lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt = np.fromiter(
+        chain.from_iterable(map(_SCALAR_FIELDS, runs)), np.int64, count=8 * num_runs).reshape(num_runs, 8).T
+    firsts_by_run = list(map(_firsts_of, runs))
+    num_decoders = np.array(list(map(len, firsts_by_run)), dtype=np.int64)
+    last_running, last_blocks, last_resident = np.fromiter(
+        chain.from_iterable(map(_last_of, runs)), np.int64, count=3 * num_runs).reshape(num_runs, 3).T
     total = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
     last_rows = starts + lengths - 1
@@ -60,7 +68,7 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     # requests, blocks and resident tokens those after it. Block growth: decoder i takes a block
     # at steps first_i, first_i + bs, ... up to its limit (the run's next-to-last step, or its
     # own finish step).
-    firsts = np.fromiter(chain.from_iterable(run.firsts for run in runs), dtype=np.int64, count=int(num_decoders.sum()))
+    firsts = np.array(list(chain.from_iterable(firsts_by_run)), dtype=np.int64)
     limits = np.repeat(lengths - 1, num_decoders)
     decoder_base = np.cumsum(num_decoders) - num_decoders
     departures = [(index, *departure) for index, run in enumerate(runs) for departure in run.departures]
@@ -89,15 +97,15 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     # Tokens stored by each step: its decodes and the prompt's chunk.
     tokens = _cumsum_within(decoders + per_row(chunk), starts, lengths)
     stored = (np.arange(total, dtype=np.int64) - per_row(starts) + 1) * per_row(chunk)  # prompt positions
-    first = per_row(column("prompt_first"))
+    first = per_row(prompt_first)
     prompt_blocks = np.where((stored > 0) & (stored >= first), (stored - first) // bs + 1, 0)
-    blocks = per_row(column("blocks")) + _cumsum_within(block_delta, starts, lengths) + prompt_blocks
-    running = per_row(column("running")) + _cumsum_within(running_delta, starts, lengths)
-    resident = per_row(column("resident")) + tokens + _cumsum_within(token_delta, starts, lengths)
+    blocks = per_row(blocks_before) + _cumsum_within(block_delta, starts, lengths) + prompt_blocks
+    running = per_row(running_before) + _cumsum_within(running_delta, starts, lengths)
+    resident = per_row(resident_before) + tokens + _cumsum_within(token_delta, starts, lengths)
     running[last_rows], blocks[last_rows], resident[last_rows] = last_running, last_blocks, last_resident
     selected = decoders.copy()
-    selected[last_rows] += column("completes")
-    return {"num_decode_tokens": decoders, "num_seqs": decoders + per_row(column("has_prompt")), "num_selected": selected,
+    selected[last_rows] += completes
+    return {"num_decode_tokens": decoders, "num_seqs": decoders + per_row(has_prompt), "num_selected": selected,
             "num_running": running, "kv_blocks_used": blocks, "resident_tokens": resident}
 
 

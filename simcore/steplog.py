@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ CHUNK_ROWS = 16384  # rows buffered as Python objects before they become numpy c
 
 _DTYPES = tuple(np.float64 if name in FLOAT_COLUMNS else np.int64 for name in STEP_COLUMNS)
 _PER_STEP = tuple(name in PER_STEP_COLUMNS for name in STEP_COLUMNS)
+_PER_STEP_INDEXES = tuple(index for index, per_step in enumerate(_PER_STEP) if per_step)
 # Dictionary pages only for the columns that mostly repeat a value: on those that change every
 # step they cost half the write time and grow the file (measured on a 10k run).
 _DICTIONARY_COLUMNS = [name for name in STEP_COLUMNS
@@ -62,11 +62,13 @@ class StepLog:
     def __init__(self, spill_path: Path | None = None) -> None:
         # Single steps arrive as row tuples (`rows`); runs of steps as their column tuples
         # (`runs`, see `add_run`) with their lengths (`run_lengths`), turned into columns when
-        # the chunk is sealed. `order` keeps the sequence: +n for a run of n steps, -k for k
+        # the chunk is sealed, but for the per-step columns, whose values are gathered as they
+        # come (`run_steps`: a list per column). `order` keeps the sequence: +n for a run of n steps, -k for k
         # single steps in a row. A sealed chunk interleaves the two by it.
         self.rows: list[tuple]
         self.runs: list[Sequence[Any]]
         self.run_lengths: list[int]
+        self.run_steps: list[list]
         self.order: list[int]
         self._num_buffered: int
         self._reset_buffers()
@@ -111,6 +113,8 @@ class StepLog:
         self._num_run_rows += num_steps
         self.runs.append(columns)
         self.run_lengths.append(num_steps)
+        for values, index in zip(self.run_steps, _PER_STEP_INDEXES):
+            values.extend(columns[index])
         self.order.append(num_steps)
         self.num_rows += num_steps
         self._num_buffered += num_steps
@@ -121,6 +125,7 @@ class StepLog:
         self.rows = []
         self.runs = []
         self.run_lengths = []
+        self.run_steps = [[] for _ in _PER_STEP_INDEXES]
         self.order = []
         self._num_buffered = 0
         self._num_run_rows = 0
@@ -137,9 +142,13 @@ class StepLog:
         by_column = list(zip(*self.runs)) if self.runs else [()] * len(STEP_COLUMNS)
         lengths = np.array(self.run_lengths, dtype=np.int64)
         out = []
+        per_step_values = dict(zip(_PER_STEP_INDEXES, self.run_steps))
         for index, (dtype, per_step, entries) in enumerate(zip(_DTYPES, _PER_STEP, by_column)):
             if per_step:
-                runs = np.fromiter(chain.from_iterable(entries), dtype=dtype, count=self._num_run_rows)
+                runs = np.array(per_step_values[index], dtype=dtype)
+                if len(runs) != self._num_run_rows:
+                    raise ValueError(f"step log column {STEP_COLUMNS[index]}: {len(runs)} values for "
+                                     f"{self._num_run_rows} steps")
             else:
                 runs = _expand_run_column(entries, lengths, dtype)
             if STEP_COLUMNS[index] in derived:
