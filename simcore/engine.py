@@ -227,14 +227,17 @@ def simulate(
             take_arrivals(starts[-1], joined)
             if joined:
                 late = [len(joined) - bisect_right(joined, at) for at in starts]
-        offset = 0
-        for part in parts:
-            count = min(part.num_steps, num_steps - offset)
-            if count <= 0:
-                break
-            apply_part(part, starts[offset:offset + count], ends[offset:offset + count], taken[offset:offset + count],
-                       late[offset:offset + count] if late is not None else None)
-            offset += count
+        if len(parts) == 1:  # nothing to cut out
+            apply_part(parts[0], starts, ends, taken, late)
+        else:
+            offset = 0
+            for part in parts:
+                count = min(part.num_steps, num_steps - offset)
+                if count <= 0:
+                    break
+                apply_part(part, starts[offset:offset + count], ends[offset:offset + count],
+                           taken[offset:offset + count], late[offset:offset + count] if late is not None else None)
+                offset += count
         flush()
         state["events"] += 1
         if limits.check_invariants:

@@ -50,8 +50,8 @@ PER_STEP_COLUMNS = {"step_id", "start_s", "duration_s"}
 CHUNK_ROWS = 16384  # rows buffered as Python objects before they become numpy columns
 
 _DTYPES = tuple(np.float64 if name in FLOAT_COLUMNS else np.int64 for name in STEP_COLUMNS)
-_PER_STEP = tuple(name in PER_STEP_COLUMNS for name in STEP_COLUMNS)
-_PER_STEP_INDEXES = tuple(index for index, per_step in enumerate(_PER_STEP) if per_step)
+# The buffers take them from the first three places of a row (or a run's columns).
+assert all(name in PER_STEP_COLUMNS for name in STEP_COLUMNS[:3]) and len(PER_STEP_COLUMNS) == 3
 # Dictionary pages only for the columns that mostly repeat a value: on those that change every
 # step they cost half the write time and grow the file (measured on a 10k run).
 _DICTIONARY_COLUMNS = [name for name in STEP_COLUMNS
@@ -60,16 +60,13 @@ _DICTIONARY_COLUMNS = [name for name in STEP_COLUMNS
 
 class StepLog:
     def __init__(self, spill_path: Path | None = None) -> None:
-        # Single steps arrive as row tuples (`rows`); runs of steps as their column tuples
-        # (`runs`, see `add_run`) with their lengths (`run_lengths`), turned into columns when
-        # the chunk is sealed, but for the per-step columns, whose values are gathered as they
-        # come (`run_steps`: a list per column). `order` keeps the sequence: +n for a run of n steps, -k for k
-        # single steps in a row. A sealed chunk interleaves the two by it.
-        self.rows: list[tuple]
+        # Steps are buffered as runs, in order: a run's column tuple (`runs`: see `add_run`; a
+        # single step's row is a run of one) and its length (`run_lengths`), turned into columns
+        # when the chunk is sealed; but the per-step columns' values are gathered as they come
+        # (`run_steps`: a list per column).
         self.runs: list[Sequence[Any]]
         self.run_lengths: list[int]
         self.run_steps: list[list]
-        self.order: list[int]
         self._num_buffered: int
         self._reset_buffers()
         self.chunks: list[dict[str, np.ndarray]] = []
@@ -85,16 +82,17 @@ class StepLog:
         return self.num_rows
 
     def append(self, values: tuple, extras: dict[str, float] | None = None) -> None:
+        """One step's row: a value per column of STEP_COLUMNS."""
         if extras:
             for key, value in extras.items():
                 self.extras.setdefault(key, {})[self.num_rows] = value
                 self.extra_totals[key] = self.extra_totals.get(key, 0.0) + value
-        self.rows.append(values)
-        order = self.order
-        if order and order[-1] < 0:
-            order[-1] -= 1
-        else:
-            order.append(-1)
+        self.runs.append(values)
+        self.run_lengths.append(1)
+        step_ids, starts, durations = self.run_steps
+        step_ids.append(values[0])
+        starts.append(values[1])
+        durations.append(values[2])
         self.num_rows += 1
         self._num_buffered += 1
         if self._num_buffered >= CHUNK_ROWS:
@@ -109,60 +107,42 @@ class StepLog:
         kept as given (the caller must not change them) and expanded a chunk at a time: a run
         costs one append, not one per column."""
         if derived is not None:
-            self._derived_runs.append((self._num_run_rows, derived))
-        self._num_run_rows += num_steps
+            self._derived_runs.append((self._num_buffered, derived))
         self.runs.append(columns)
         self.run_lengths.append(num_steps)
-        for values, index in zip(self.run_steps, _PER_STEP_INDEXES):
-            values.extend(columns[index])
-        self.order.append(num_steps)
+        step_ids, starts, durations = self.run_steps
+        step_ids.extend(columns[0])
+        starts.extend(columns[1])
+        durations.extend(columns[2])
         self.num_rows += num_steps
         self._num_buffered += num_steps
         if self._num_buffered >= CHUNK_ROWS:
             self._seal()
 
     def _reset_buffers(self) -> None:
-        self.rows = []
         self.runs = []
         self.run_lengths = []
-        self.run_steps = [[] for _ in _PER_STEP_INDEXES]
-        self.order = []
+        self.run_steps = [[], [], []]
         self._num_buffered = 0
-        self._num_run_rows = 0
-        # Runs whose counts are derived at sealing: (first row among the runs' rows, counts).
+        # Runs whose counts are derived at sealing: (first row among the buffered rows, counts).
         self._derived_runs: list[tuple[int, RunCounts]] = []
 
     def _buffered_columns(self) -> list[np.ndarray]:
         """The buffered steps as one array per column, in step order."""
-        order = np.array(self.order, dtype=np.int64)
-        is_single = np.repeat(order < 0, np.abs(order))
-        singles = list(zip(*self.rows)) if self.rows else None
-        has_runs = not is_single.all()
         derived, rows = self._derived_columns()
         by_column = list(zip(*self.runs)) if self.runs else [()] * len(STEP_COLUMNS)
         lengths = np.array(self.run_lengths, dtype=np.int64)
+        per_step = iter(self.run_steps)
         out = []
-        per_step_values = dict(zip(_PER_STEP_INDEXES, self.run_steps))
-        for index, (dtype, per_step, entries) in enumerate(zip(_DTYPES, _PER_STEP, by_column)):
-            if per_step:
-                runs = np.array(per_step_values[index], dtype=dtype)
-                if len(runs) != self._num_run_rows:
-                    raise ValueError(f"step log column {STEP_COLUMNS[index]}: {len(runs)} values for "
-                                     f"{self._num_run_rows} steps")
+        for name, dtype, entries in zip(STEP_COLUMNS, _DTYPES, by_column):
+            if name in PER_STEP_COLUMNS:
+                column = np.array(next(per_step), dtype=dtype)
+                if len(column) != self._num_buffered:
+                    raise ValueError(f"step log column {name}: {len(column)} values for {self._num_buffered} steps")
             else:
-                runs = _expand_run_column(entries, lengths, dtype)
-            if STEP_COLUMNS[index] in derived:
-                runs[rows] = derived[STEP_COLUMNS[index]]
-            if singles is None:
-                out.append(runs)
-                continue
-            single = np.array(singles[index], dtype=dtype)
-            if not has_runs:
-                out.append(single)
-                continue
-            column = np.empty(len(is_single), dtype=dtype)
-            column[is_single] = single
-            column[~is_single] = runs
+                column = _expand_run_column(entries, lengths, dtype)
+                if name in derived:
+                    column[rows] = derived[name]
             out.append(column)
         return out
 
