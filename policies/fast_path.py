@@ -291,13 +291,7 @@ class StretchMixin:
                 self.itl.add_gaps([first - t for t in lasts])
             gaps = list(map(sub, times[1:], times[:-1]))
             if departures:
-                at = 0
-                for steps, num_decodes, _ in stretch.decode_spans(num_steps):
-                    # A span's first step follows the previous span's last: its gap is in `gaps`.
-                    span = gaps[max(at - 1, 0):at + steps - 1]
-                    if span:
-                        self.itl.add_run(span, num_decodes)
-                    at += steps
+                self.itl.add_weighted(gaps, _decoders_per_gap(stretch, num_steps))
             elif gaps:  # none in a run of one step
                 self.itl.add_run(gaps, len(running))
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
@@ -388,3 +382,21 @@ class StretchMixin:
                 self.num_resident_tokens -= back
             done.append(request)
         return done
+
+
+def _decoders_per_gap(stretch: Stretch, num_steps: int) -> list[int]:
+    """For each gap between successive steps of a run with departures (the gap before step
+    k + 1 of the first `num_steps`, from k = 1), the decoders in that step: those whose finish
+    step is k + 1 or later."""
+    counts: list[int] = []
+    num_active, assigned = len(stretch.decoders), 0
+    for finish_step, _, _ in stretch.departures():
+        if finish_step >= num_steps:
+            break  # in finish order: the rest decode in every step with a gap before it
+        # The gaps before steps 2 .. finish_step have it; those after, not.
+        if finish_step - 1 > assigned:
+            counts.extend([num_active] * (finish_step - 1 - assigned))
+            assigned = finish_step - 1
+        num_active -= 1
+    counts.extend([num_active] * (num_steps - 1 - assigned))
+    return counts

@@ -37,6 +37,14 @@ class ItlLog:
         self.values.extend(gaps)
         self.weights.extend([count] * len(gaps))
 
+    def add_weighted(self, gaps: list[float], counts: list[int]) -> None:
+        """Successive steps' gaps, each shared by its own count of requests (add_run's entries,
+        span by span, for spans whose batch shrinks)."""
+        if len(gaps) != len(counts):
+            raise ValueError(f"{len(gaps)} gaps with {len(counts)} counts")
+        self.values.extend(gaps)
+        self.weights.extend(counts)
+
     def add_gaps(self, gaps: list[float]) -> None:
         """One step's gaps: equal values (the common case) become one weighted entry."""
         if gaps.count(gaps[0]) == len(gaps):
