@@ -185,15 +185,21 @@ class RooflineCostModel:
         per_work = self._attn_flops_per_work
         per_position = self._kv_bytes_per_pos
         compute_rate, mem_rate = self._compute_rate, self._mem_rate
+        fixed_by_shape = self._fixed_by_shape
         for num_steps, shape in pieces:
             n, q, fresh = shape.num_decodes, shape.chunk, shape.new_chunk
             # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A
             # new prompt's chunk (one-step runs only) adds q^2 on no context.
-            attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q) + fresh * fresh
-            attn_step = 2 * n + 2 * q * q
-            kv_positions = shape.decode_context + shape.prefill_context + n + q + fresh
-            kv_step = n + q
-            dense, comm, overhead = self._fixed_parts(n + q + fresh, shape.num_seqs, shape.num_selecting)
+            if q or fresh or shape.chunk_selects or shape.new_selects:
+                attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q) + fresh * fresh
+                attn_step = 2 * n + 2 * q * q
+                kv_positions = shape.decode_context + shape.prefill_context + n + q + fresh
+                kv_step = n + q
+                dense, comm, overhead = self._fixed_parts(n + q + fresh, shape.num_seqs, shape.num_selecting)
+            else:  # decodes only (most pieces: a span between finishes), the same sums
+                attn_work, attn_step = 2 * shape.decode_context + n, 2 * n
+                kv_positions, kv_step = shape.decode_context + shape.prefill_context + n, n
+                dense, comm, overhead = fixed_by_shape.get((n, n, n)) or self._fixed_parts(n, n, n)
             for _ in repeat(None, num_steps):
                 # The same operations, in the same order, as _parts and _compute_time (whose
                 # maximum of two floats is the larger, the first at a tie, as here).
