@@ -132,9 +132,15 @@ def simulate(
         """Hand the policy every request that has arrived by `now`, in arrival order; the arrival
         times of those that joined its queue (not rejected) go to `joined`, when given."""
         while True:
-            at, is_follow_up = next_arrival()
-            if at > now:
-                return
+            if follow_ups:
+                at, is_follow_up = next_arrival()
+                if at > now:
+                    return
+            else:  # fixed-time arrivals only (the usual case): next_arrival's test, inline
+                index = state["next_timed"]
+                if index >= num_timed or timed[index].arrival_s > now:
+                    return
+                is_follow_up = False
             if is_follow_up:
                 request = heapq.heappop(follow_ups)[2]
             else:
