@@ -274,6 +274,8 @@ class StretchMixin:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
         num_steps = len(step_ends)
         running = stretch.decoders
+        if not running and stretch.prefill is None:
+            return self._apply_admission_step(stretch, step_ends)
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else step_ends
         first, last = times[0], times[-1]
@@ -335,17 +337,8 @@ class StretchMixin:
         # Every running request is in the stretch, and all but its prompts decoded before it.
         still_prefilling = prefill if prefill is not None and not completes else None
         newcomer = stretch.newcomer
-        if newcomer is not None:  # admitted by begin_stretch; its first chunk ran in the last step
-            self.bm.append(newcomer.request_id, stretch.newcomer_chunk)
-            newcomer.num_processed += stretch.newcomer_chunk
-            self.num_resident_tokens += stretch.newcomer_chunk
-            if newcomer.num_processed == newcomer.num_tokens:
-                gaps = []
-                self._select_output(newcomer, step_ends[-1], gaps)
-                if newcomer.is_finished:
-                    done.append(newcomer)
-            else:
-                still_prefilling = newcomer
+        if newcomer is not None and self._apply_newcomer(stretch, step_ends[-1], done):
+            still_prefilling = newcomer
         self.num_steps += num_steps
         self._after_decode_steps()
         # A request that decodes from this run's end on without being among its decoders (a
@@ -354,6 +347,39 @@ class StretchMixin:
             self._carry = None
         else:
             self._carry = self._decoders_after(stretch, num_steps, completes)
+        return self._retire(done, still_prefilling)
+
+    def _apply_admission_step(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
+        """apply_stretch for a step that only admits its newcomer (continuous batching's
+        prefill-only step): no decodes, no prompt chunk, nothing for the next plan to carry."""
+        done: list[Request] = []
+        still_prefilling = stretch.newcomer if self._apply_newcomer(stretch, step_ends[-1], done) else None
+        self.num_steps += len(step_ends)
+        self._after_decode_steps()
+        self._carry = None
+        return self._retire(done, still_prefilling)
+
+    def _apply_newcomer(self, stretch: Stretch, end: float, done: list[Request]) -> bool:
+        """The newcomer's first chunk, run in the stretch's last step (ending at `end`; it was
+        admitted by begin_stretch), and its first output when that chunk is its whole prompt (a
+        finished request goes to `done`). Returns whether it is still prefilling."""
+        newcomer = stretch.newcomer
+        assert newcomer is not None
+        chunk = stretch.newcomer_chunk
+        self.bm.append(newcomer.request_id, chunk)
+        newcomer.num_processed += chunk
+        self.num_resident_tokens += chunk
+        if newcomer.num_processed != newcomer.num_tokens:
+            return True
+        # A first admission (never a recompute): its first output leaves no gap to record.
+        self._select_output(newcomer, end, [])
+        if newcomer.is_finished:
+            done.append(newcomer)
+        return False
+
+    def _retire(self, done: list[Request], still_prefilling: Request | None) -> list[Request]:
+        """The end of applying a stretch: its finished requests leave, and the policy notes how
+        many running requests decode (all but `still_prefilling`, the newest, if any)."""
         for request in done:
             self._finish(request, request.last_token_s)
         running_now = self.running
