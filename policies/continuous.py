@@ -59,14 +59,16 @@ class ContinuousPolicy(BasePolicy):
             budget.take(taken)
 
     def plan_stretch(self) -> Stretch | None:
-        """Decode-only runs (the base's), and also, when one request waits and can be admitted,
-        the prefill-only step that admits it whole and the decode-only steps that follow with it
-        in the batch: most steps that `schedule` would plan under light load are those."""
+        """Decode-only runs (the base's), and also, when the head of the queue can be admitted
+        alone, the prefill-only step that admits it whole and, when nothing else waits, the
+        decode-only steps that follow with it in the batch: most steps that `schedule` would
+        plan are those (under light load the queue is that one request; under load, long
+        prompts leave no budget for a second)."""
         # Only where nothing else shapes the admission step: mixed steps admit beside the
         # decodes, swapped requests come back before any admission, and a prefix cache or host
         # tier gives prompts hits and block ids that planning would have to work out.
         can_plan_admission = not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None)
-        if can_plan_admission and len(self.waiting) == 1:
+        if can_plan_admission and self.waiting:
             # Where the head can be admitted, the next step admits it: no decode-only run first.
             stretch = self._admission_stretch(self.waiting[0])
             if stretch is not None:
@@ -74,26 +76,49 @@ class ContinuousPolicy(BasePolicy):
         return super().plan_stretch()
 
     def _admission_stretch(self, head: Request) -> Stretch | None:
-        """The step `_admit_whole_prompts` takes when `head` is all that waits: it alone, whole
-        (the first admission of a step gets the budget it needs), where a seat and the blocks
-        admission asks for are free; then the decode-only steps that follow."""
+        """The step `_admit_whole_prompts` takes when it admits `head` alone, whole (the first
+        admission of a step gets the budget it needs), where a seat and the blocks admission
+        asks for are free and the next waiting request, if any, cannot join it; then, when
+        nothing else waits, the decode-only steps that follow."""
         running = self.running
         # Not a recompute: its admission ends a preemption (`_note_resumed`) and its first
         # output after it is a gap, which a run's admitted request does not account for.
         if head.num_outputs or head.request_id in self._preempted_at or len(running) >= self.options.max_num_seqs:
             return None
         prompt = head.num_tokens
-        if not self.bm.can_allocate(self._blocks_to_admit(head, prompt), reserve=self.num_watermark_blocks()):
+        watermark = self.num_watermark_blocks()
+        if not self.bm.can_allocate(self._blocks_to_admit(head, prompt), reserve=watermark):
             return None
+        others_wait = len(self.waiting) > 1
+        if others_wait and self._admits_next_beside(head, watermark):
+            return None  # the step admits more than the head: `schedule` plans it
         carry = self._carried(running)
         if carry is None and len(running) > self._num_known_decoding and not self._all_decoding(running):
             return None  # every running request must decode in the steps that follow
         # One step, no decoders in it (none has a step to its first finish).
         stretch = Stretch(num_steps=1, decoders=[], decode_ids=[], decode_firsts=[], decode_context=0,
                           steps_to_finish=1, newcomer=head, newcomer_chunk=prompt)
-        if head.num_target_outputs > 1:
+        # While others wait, the next step tries to admit the next of them: no decode run is
+        # certain after this step.
+        if head.num_target_outputs > 1 and not others_wait:
             stretch.then = self._decodes_after_admission(head, carry)
         return stretch
+
+    def _admits_next_beside(self, head: Request, watermark: int) -> bool:
+        """Whether the step that admits `head` (the first admission, given the budget it
+        needs) also admits the next waiting request, as `_admit_whole_prompts` goes on: a seat
+        and the tokens left for its whole prompt, and its blocks beside the head's."""
+        budget = self.options.max_num_batched_tokens
+        tokens_left = max(budget, head.num_tokens) - head.num_tokens
+        seats_left = self.options.max_num_seqs - len(self.running) - 1
+        if tokens_left <= 0 or seats_left <= 0:
+            return False
+        following = self.waiting[1]
+        if following.num_tokens > tokens_left:
+            return False
+        head_blocks, _ = self._blocks_on_admission(head, head.num_tokens)
+        need = self._blocks_to_admit(following, following.num_tokens)
+        return need + watermark <= self.bm.num_free_blocks - head_blocks
 
     def _decodes_after_admission(self, head: Request, carry: DecoderCarry | None) -> Stretch | None:
         """The decode-only steps of the running batch and `head` after the step that admits it

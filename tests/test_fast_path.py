@@ -490,6 +490,28 @@ def test_continuous_admission_runs_leave_queues_and_recomputes_to_stepping(monke
     assert steps["num_preempted"].sum() > 0
 
 
+@pytest.mark.parametrize("limit", ["tokens", "seats", "blocks"])
+def test_continuous_admission_runs_admit_the_head_alone_while_others_wait(monkeypatch, limit):
+    """Where others wait but the step can admit only the head (the next needs more tokens than
+    the budget leaves, a seat or blocks beside the head's), that step is a run of its own, with
+    no decode steps after it (the next step tries the queue again); results equal stepping's.
+    Where the next fits too, `schedule` plans the step (tested above)."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    options = {"tokens": {"max_num_batched_tokens": 64}, "seats": {"max_num_seqs": 2},
+               "blocks": {"admission": "watermark", "watermark": 0.1}}[limit]
+    num_blocks = 24 if limit == "blocks" else 200
+    # One decodes; three arrive together while it does (40-token prompts: 10 blocks each).
+    requests = [req(0, 0.0, 8, 30), req(1, 0.05, 40, 20), req(2, 0.05, 40, 20), req(3, 0.05, 40, 20)]
+    _both_paths_equal(requests, "continuous", cost, num_blocks=num_blocks, block_size=4, **options)
+    alone = [stretch for stretch, _ in applied if stretch.newcomer is not None and stretch.then is None]
+    assert [stretch.newcomer.request_id for stretch in alone][:1] == [1]
+
+
 @pytest.mark.parametrize("horizon", [None, 1.2])
 def test_continuous_admission_runs_with_follow_up_turns_and_a_horizon(monkeypatch, horizon):
     """Follow-up turns (released when their parent finishes) and a horizon that ends the run
