@@ -227,6 +227,9 @@ class StepLog:
 def _expand_run_column(entries: Sequence[Any], lengths: np.ndarray, dtype: type) -> np.ndarray:
     """One column of runs (an entry per run, in any of `StepLog.add_run`'s forms) as a value
     per step. Most columns hold one value per run, some a (body, last) pair: those in bulk."""
+    first = entries[0] if entries else None
+    if type(first) is int and entries.count(first) == len(entries):  # one value throughout (swaps, copies...)
+        return np.full(int(lengths.sum()), first, dtype=dtype)
     kinds = set(map(type, entries))
     if list in kinds:  # every step's values, in some run (rare): run by run
         values = []
