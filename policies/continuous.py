@@ -107,7 +107,9 @@ class ContinuousPolicy(BasePolicy):
     def _admits_next_beside(self, head: Request, watermark: int) -> bool:
         """Whether the step that admits `head` (the first admission, given the budget it
         needs) also admits the next waiting request, as `_admit_whole_prompts` goes on: a seat
-        and the tokens left for its whole prompt, and its blocks beside the head's."""
+        and the tokens left for its whole prompt, and its blocks beside the head's. It repeats
+        their rules (with no prefix cache or host tier): a change to either must change it too;
+        tests/test_fast_path.py compares both paths on random workloads."""
         budget = self.options.max_num_batched_tokens
         tokens_left = max(budget, head.num_tokens) - head.num_tokens
         seats_left = self.options.max_num_seqs - len(self.running) - 1

@@ -362,7 +362,8 @@ class StretchMixin:
     def _apply_newcomer(self, stretch: Stretch, end: float, done: list[Request]) -> bool:
         """The newcomer's first chunk, run in the stretch's last step (ending at `end`; it was
         admitted by begin_stretch), and its first output when that chunk is its whole prompt (a
-        finished request goes to `done`). Returns whether it is still prefilling."""
+        finished request goes to `done`). Returns whether it is still prefilling. (No prefix-cache
+        blocks to register: stretches with a newcomer are planned only without a prefix cache.)"""
         newcomer = stretch.newcomer
         assert newcomer is not None
         chunk = stretch.newcomer_chunk

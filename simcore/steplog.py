@@ -79,6 +79,9 @@ class StepLog:
         self.extras: dict[str, dict[int, float]] = {}
         self.spill_path = spill_path
         self._writer = None
+        # Spill files after the first, when an extra column appears once the first was opened.
+        self._parts: list[Path] = []
+        self._schema = None
         self._spilled = False
         self.extra_totals: dict[str, float] = {}
 
@@ -151,7 +154,7 @@ class StepLog:
         return out
 
     def _derived_columns(self) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-        """The derived runs' columns, and their rows among the runs' rows."""
+        """The derived runs' columns, and their rows among the buffered rows."""
         if not self._derived_runs:
             return {}, None
         first_rows = np.array([first for first, _ in self._derived_runs], dtype=np.int64)
@@ -175,8 +178,16 @@ class StepLog:
         for key, values in self.extras.items():
             chunk[key] = np.asarray([values.pop(i, nan) for i in range(first, first + len(chunk["step_id"]))])
         table = pa.table(chunk)
+        if self._writer is not None and not table.schema.equals(self._writer.schema):
+            # A column first seen in this chunk (an extra: a swap's link time, say; extras are
+            # never dropped once seen). A file's columns are fixed when it is opened, so the rest
+            # goes to a new part, and `close` merges the parts.
+            self._writer.close()
+            self._writer = None
+            self._parts.append(self.spill_path.with_name(f"{self.spill_path.name}.part{len(self._parts) + 1}"))
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.spill_path, table.schema, **_WRITE_OPTIONS)
+            path = self._parts[-1] if self._parts else self.spill_path
+            self._writer = pq.ParquetWriter(path, table.schema, **_WRITE_OPTIONS)
             self._spilled = True
         self._writer.write_table(table)
 
@@ -194,8 +205,34 @@ class StepLog:
         """Flush a spill file (the caller renames it into place)."""
         self._seal()
         if self._writer is not None:
+            self._schema = self._writer.schema
             self._writer.close()
             self._writer = None
+        if self._parts:
+            self._merge_parts()
+
+    def _merge_parts(self) -> None:
+        """One spill file from its parts (see `_seal`), row group by row group (memory stays at
+        a chunk's): the columns a part lacks are NaN there, as `as_dict` fills them in memory."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert self.spill_path is not None and self._schema is not None
+        schema = self._schema  # the last part's: every column, in the order they were first seen
+        merged = self.spill_path.with_name(f"{self.spill_path.name}.merged")
+        with pq.ParquetWriter(merged, schema, **_WRITE_OPTIONS) as writer:
+            for path in [self.spill_path, *self._parts]:
+                source = pq.ParquetFile(path)
+                for group in range(source.num_row_groups):
+                    table = source.read_row_group(group)
+                    for name in schema.names:
+                        if name not in table.column_names:
+                            table = table.append_column(name, pa.array(np.full(table.num_rows, np.nan)))
+                    writer.write_table(table.select(schema.names))
+        for path in self._parts:
+            path.unlink()
+        os.replace(merged, self.spill_path)
+        self._parts = []
 
     def as_dict(self) -> dict[str, Any]:
         """Every step as columns (numpy arrays); reads a spill file back if there is one."""

@@ -98,3 +98,52 @@ def test_runs_with_derived_counts_read_back_in_order(seed, spill, tmp_path, monk
     got = log.as_dict()
     for index, name in enumerate(STEP_COLUMNS):
         np.testing.assert_array_equal(got[name], np.array([row[index] for row in expected]), err_msg=name)
+
+
+def test_extra_columns_first_seen_after_a_spilled_chunk(tmp_path, monkeypatch):
+    """A spill file's columns are fixed when it is opened: an extra column that first appears in
+    a later chunk (a swap's link time, after thousands of steps without one) goes to a new part,
+    and closing merges the parts into one file that reads back as the in-memory log does, the
+    earlier rows NaN in it. (This crashed long offload runs written as Parquet.)"""
+    monkeypatch.setattr(steplog, "CHUNK_ROWS", 10)
+    logs = [StepLog(tmp_path / "steps.parquet"), StepLog(None)]
+    extras_at = {25: {"transfer_s": 0.5}, 26: {"transfer_s": 0.25}, 41: {"measured_s": 1.5}, 57: {"transfer_s": 0.125}}
+    for log in logs:
+        for i in range(60):
+            row = (i, float(i), 1.0, *range(3, len(STEP_COLUMNS)))
+            if i % 3:
+                log.append(row, extras_at.get(i))
+            else:  # runs, too, between the rows
+                log.add_run(1, ((i,), (float(i),), (1.0,), *row[3:]))
+        log.close()
+    spilled, in_memory = (log.as_dict() for log in logs)
+    assert logs[0].spilled and list(spilled) == list(in_memory) == [*STEP_COLUMNS, "transfer_s", "measured_s"]
+    for name in in_memory:
+        np.testing.assert_array_equal(spilled[name], in_memory[name], err_msg=name)
+    assert in_memory["transfer_s"][25] == 0.5 and np.isnan(in_memory["transfer_s"][:25]).all()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["steps.parquet"]  # parts merged, removed
+
+
+def test_an_offload_run_whose_first_swap_comes_after_a_spilled_chunk(tmp_path, monkeypatch):
+    """End to end: the swap's link time appears only after the first chunk was spilled."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from policies.registry import make_policy
+    from simcore.engine import simulate
+    from simcore.presets import get_model
+    from tests.helpers import req
+
+    monkeypatch.setattr(steplog, "CHUNK_ROWS", 16)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    # One decodes alone for a while; two long prompts then force it out to the host tier.
+    requests = [req(0, 0.0, 16, 300), req(1, 0.5, 64, 200), req(2, 0.5, 64, 200)]
+    tables = []
+    for spill in (tmp_path / "steps.parquet", None):
+        policy = make_policy("offload", base="continuous", num_blocks=24, block_size=16, num_host_blocks=200)
+        tables.append(simulate(requests, policy, cost, steps_spill=spill).steps.as_dict())
+    spilled, in_memory = tables
+    first_swap = int(np.flatnonzero(in_memory["blocks_swapped_out"])[0])
+    assert first_swap >= 16 and np.isnan(in_memory["transfer_s"][:first_swap]).all()
+    assert list(spilled) == list(in_memory)
+    for name in in_memory:
+        np.testing.assert_array_equal(spilled[name], in_memory[name], err_msg=name)
