@@ -35,7 +35,7 @@ import yaml
 from backends.profiled import nnls, step_kind
 from backends.roofline import RooflineCostModel, tunable_names
 from simcore.errors import ConfigError
-from simcore.paths import expand_home
+from simcore.paths import path_beside
 
 CALIBRATION_KIND = "roofline-calibration"
 # Parameters `servesim calibrate` can fit; the first two scale the roofline, the rest are linear.
@@ -255,10 +255,7 @@ def resolve_calibration_path(raw: Any, source: Path | str | None, where: str) ->
     if not isinstance(raw, (str, Path)) or not str(raw):
         raise ConfigError("calibration must be a path to a file written by `servesim calibrate`",
                           source=str(source) if source else None, where=where, found=repr(raw))
-    path = expand_home(raw)
-    if not path.is_absolute() and source is not None:
-        path = Path(source).parent / path
-    return path
+    return path_beside(raw, source)
 
 
 def load_calibration(path: str | Path, *, hardware: str | None = None, source: str | None = None,

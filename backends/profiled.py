@@ -37,7 +37,7 @@ import numpy as np
 
 from backends.base import CostContext
 from simcore.errors import ConfigError
-from simcore.paths import expand_home
+from simcore.paths import path_beside
 from simcore.plan import RunShape, StepPlan
 
 # Shape descriptors, in the order the CSV carries them (time_s follows).
@@ -442,9 +442,7 @@ def make_profiled(params: dict, ctx: CostContext) -> ProfiledCostModel:
     if not p.table:
         raise ConfigError("the profiled cost model needs a table (a CSV from `servesim profile`)",
                           source=source, where="cost_model.table")
-    path = expand_home(p.table)
-    if not path.is_absolute() and ctx.source is not None:
-        path = Path(ctx.source).parent / path
+    path = path_beside(p.table, ctx.source)
     table = read_profile(path)
     if p.check_model:
         check_geometry(table, ctx, source)

@@ -29,7 +29,7 @@ from backends.torch.sampling import SamplingParams
 from backends.torch.weights import load_checkpoint
 from simcore.errors import ConfigError, ServesimError
 from simcore.model import ModelSpec
-from simcore.paths import expand_home
+from simcore.paths import path_beside
 
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "fp32": torch.float32, "float32": torch.float32}
@@ -129,9 +129,7 @@ def make_torch(params: dict, ctx: CostContext) -> TorchCostModel:
         raise ConfigError("cuda_graphs needs device cuda", source=source, where="cost_model.cuda_graphs")
     weights = None
     if p.weights:
-        weights = expand_home(p.weights)
-        if not weights.is_absolute() and ctx.source is not None:
-            weights = Path(ctx.source).parent / weights
+        weights = path_beside(p.weights, ctx.source)
     what = describe(ctx.model, dtype, ctx.num_blocks, ctx.block_size, device)
     try:
         engine = build_engine(
