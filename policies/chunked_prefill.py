@@ -168,14 +168,15 @@ class ChunkedPrefillPolicy(BasePolicy):
         if stretch.tail and to_finish > limit and prefill.num_target_outputs > 1:
             stretch.then = self._decodes_after_prompt(stretch, pending)
         elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
-            stretch.then = self._last_chunk_with_newcomer(stretch, pending)
+            # Its decoders are those of the steps before: one part, not a part of one step after it.
+            return self._last_chunk_with_newcomer(stretch, pending) or stretch
         return stretch
 
     def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:
-        """The step after `stretch` (every chunk of its prompt but the last; none, for a stretch
-        of no steps): the last chunk, the decodes, and the next waiting request admitted with its
-        first chunk in the budget left, as `_run_prefill_chunks` would do it, when nothing else
-        could join that step."""
+        """`stretch` (every chunk of its prompt but the last; none, for a stretch of no steps)
+        and the step after it: the last chunk, the decodes, and the next waiting request
+        admitted with its first chunk in the budget left, as `_run_prefill_chunks` would do it,
+        when nothing else could join that step."""
         num_steps, prompt, chunk = stretch.num_steps, stretch.prefill, stretch.chunk
         assert prompt is not None
         newcomer = self.waiting[1 if stretch.admits else 0]
@@ -197,10 +198,12 @@ class ChunkedPrefillPolicy(BasePolicy):
         taken += firsts.count(1) + self.bm.blocks_for(new_chunk)  # firsts are >= 1
         if not self.bm.can_allocate(taken, reserve=self.num_watermark_blocks()):
             return None
-        # A request that arrives before this step would join it where there is room.
-        return Stretch(1, stretch.decoders, stretch.decode_ids, firsts, stretch.decode_context + num_steps * num_decodes,
-                       stretch.steps_to_finish - num_steps, prompt, chunk, stretch.prefill_context + num_steps * chunk,
-                       tail=tail, newcomer=newcomer, newcomer_chunk=new_chunk, arrivals_wait=not has_room)
+        # A request that arrives before this step would join it where there is room (none could
+        # join the steps before: the queue waits, see _prefill_stretch).
+        return Stretch(num_steps + 1, stretch.decoders, stretch.decode_ids, stretch.decode_firsts,
+                       stretch.decode_context, stretch.steps_to_finish, prompt, chunk, stretch.prefill_context,
+                       tail=tail, admits=stretch.admits, newcomer=newcomer, newcomer_chunk=new_chunk,
+                       arrivals_wait=not has_room)
 
     def _steps_with_blocks(self, firsts: list[int], prefill: Request, chunk: int, limit: int,
                            pending: int) -> int:

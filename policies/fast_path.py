@@ -245,11 +245,12 @@ class StretchMixin:
 
     def begin_stretch(self, stretch: Stretch, now: float) -> None:
         """What a stretch's first step does before any position is processed (at `now`, its
-        start): admit its prompt from the queue, as the step would (see `Stretch.admits`)."""
+        start): admit its prompt from the queue, as the step would (see `Stretch.admits`), and
+        its newcomer when that step is its last (later, `apply_stretch` admits it)."""
         if stretch.admits:
             assert stretch.prefill is not None
             self._admit(stretch.prefill, now, self._admission_reserve(stretch.prefill))
-        if stretch.newcomer is not None:
+        if stretch.newcomer is not None and stretch.num_steps == 1:
             self._admit(stretch.newcomer, now, self._admission_reserve(stretch.newcomer))
 
     def stretch_run_counts(self, stretch: Stretch, num_steps: int) -> RunCounts:
@@ -265,10 +266,12 @@ class StretchMixin:
                     break  # in finish order: the rest stay to the last step
                 departures.append((finish_step, index, context, held[ids[index]]))
         prompt = stretch.prefill
+        newcomer = stretch.admits_newcomer(num_steps)
         return RunCounts(num_steps, self.bm.block_size, len(self.running), self.bm.num_used_blocks,
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
                          self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
-                         prompt is not None, stretch.reaches_tail(num_steps))
+                         prompt is not None, stretch.reaches_tail(num_steps), newcomer,
+                         newcomer and stretch.newcomer_selects)
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
@@ -336,9 +339,12 @@ class StretchMixin:
                     done.append(prefill)
         # Every running request is in the stretch, and all but its prompts decoded before it.
         still_prefilling = prefill if prefill is not None and not completes else None
-        newcomer = stretch.newcomer
-        if newcomer is not None and self._apply_newcomer(stretch, step_ends[-1], done):
-            still_prefilling = newcomer
+        newcomer = stretch.newcomer if stretch.admits_newcomer(num_steps) else None
+        if newcomer is not None:
+            if num_steps > 1:  # admitted by the last step, after the others (not by begin_stretch)
+                self._admit(newcomer, step_ends[-2], self._admission_reserve(newcomer))
+            if self._apply_newcomer(stretch, step_ends[-1], done):
+                still_prefilling = newcomer
         self.num_steps += num_steps
         self._after_decode_steps()
         # A request that decodes from this run's end on without being among its decoders (a
@@ -360,10 +366,10 @@ class StretchMixin:
         return self._retire(done, still_prefilling)
 
     def _apply_newcomer(self, stretch: Stretch, end: float, done: list[Request]) -> bool:
-        """The newcomer's first chunk, run in the stretch's last step (ending at `end`; it was
-        admitted by begin_stretch), and its first output when that chunk is its whole prompt (a
-        finished request goes to `done`). Returns whether it is still prefilling. (No prefix-cache
-        blocks to register: stretches with a newcomer are planned only without a prefix cache.)"""
+        """The newcomer's first chunk, run in the stretch's last step (ending at `end`; admitted by
+        then), and its first output when that chunk is its whole prompt (a finished request goes
+        to `done`). Returns whether it is still prefilling. (No prefix-cache blocks to register:
+        stretches with a newcomer are planned only without a prefix cache.)"""
         newcomer = stretch.newcomer
         assert newcomer is not None
         chunk = stretch.newcomer_chunk

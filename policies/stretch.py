@@ -2,9 +2,10 @@
 
 Every step of a stretch processes one position for each of `decoders` still running (each
 selects a token) and, optionally, one `chunk` of a single prompt, which may be admitted by the
-first step (`admits`) and completed by the last (`tail`). A stretch of one step may also admit
-a `newcomer` with its first chunk: beside the tail, or alone (continuous batching's prefill-only
-step, whose decode-only steps follow as `then`). Nothing else is admitted, preempted
+first step (`admits`) and completed by the last (`tail`). A stretch's last step may also admit
+a `newcomer` with its first chunk: beside the tail, or alone (continuous batching's
+prefill-only step, a stretch of one step, whose decode-only steps follow as `then`). Nothing
+else is admitted, preempted
 or swapped meanwhile, and no request arrives, unless it can only join the queue
 (`arrivals_wait`). Decoders may finish: in the stretch's last step, or, when the
 stretch runs past finishes (`remaining` is given), in any step, after which the batch goes on
@@ -41,8 +42,9 @@ class Stretch:
     tail: int = 0
     # Whether `prefill` heads the waiting queue and the first step admits it.
     admits: bool = False
-    # A waiting request the stretch's one step admits with its first chunk: beside the tail,
-    # or with no prompt chunk (continuous batching's step that admits a whole prompt).
+    # A waiting request the stretch's last step admits with its first chunk: beside the tail,
+    # or with no prompt chunk (continuous batching's step that admits a whole prompt). A run
+    # cut before that step admits none.
     newcomer: Request | None = None
     newcomer_chunk: int = 0
     # Each decoder's steps until its last output (batch order), when the stretch may run past
@@ -65,13 +67,13 @@ class Stretch:
     _sorted: list[tuple[int, int, int]] | None = None
 
     @property
-    def num_seqs(self) -> int:
-        return len(self.decoders) + (1 if self.prefill is not None else 0) + (1 if self.newcomer is not None else 0)
-
-    @property
     def newcomer_selects(self) -> bool:
         """Whether the newcomer's first chunk is its whole prompt (it selects a token)."""
         return self.newcomer is not None and self.newcomer_chunk == self.newcomer.num_tokens
+
+    def admits_newcomer(self, num_steps: int) -> bool:
+        """Whether the first `num_steps` steps include the one that admits the newcomer."""
+        return self.newcomer is not None and num_steps == self.num_steps
 
     def parts(self) -> list[Stretch]:
         """This stretch and those that follow it, in order."""
@@ -100,7 +102,7 @@ class Stretch:
                               chunk_selects=True, new_chunk=self.newcomer_chunk,
                               new_selects=self.newcomer_selects)
             return
-        if self.newcomer is not None:  # a step that admits it with no prompt chunk (with one: above)
+        if self.newcomer is not None and self.prefill is None:  # a step that admits it alone (beside a tail: above)
             yield 1, RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context,
                               new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)
             return

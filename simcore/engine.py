@@ -260,15 +260,20 @@ def simulate(
         if num_steps == 1:  # one step (a run cut short, or a prefill step before decodes): one row, as a single step's
             first_step = policy.num_steps
             num_decodes = len(part.decoders)
-            # Read before the step: a newcomer whose whole prompt ran has an output after it.
-            num_selected = num_decodes + completes + part.newcomer_selects
+            num_seqs = num_decodes + (part.prefill is not None)
+            prefill_tokens = part.tail if completes else chunk
+            num_selected = num_decodes + completes
+            if part.admits_newcomer(1):
+                num_seqs += 1
+                prefill_tokens += part.newcomer_chunk
+                # Read before the step: a newcomer whose whole prompt ran has an output after it.
+                num_selected += part.newcomer_selects
             release_turns(policy.apply_stretch(part, ends), ends[-1])
             after = state_after()
             if late is not None:
                 after = (after[0], after[1] - late[0], *after[2:])
             log.append((
-                first_step, starts[0], taken[0], part.num_seqs, (part.tail if completes else chunk) + part.newcomer_chunk,
-                num_decodes, num_selected, *after, 0, 0, 0, 0,
+                first_step, starts[0], taken[0], num_seqs, prefill_tokens, num_decodes, num_selected, *after, 0, 0, 0, 0,
             ))
             return
         num_waiting_before = len(policy.waiting)
@@ -288,7 +293,8 @@ def simulate(
         # are (every step but the last, the last). The counts of sequences, decodes, selected
         # tokens, running requests, blocks and resident tokens are derived (0 stands for them).
         log.add_run(num_steps, (
-            range(first_step, first_step + num_steps), starts, taken, 0, (chunk, part.tail) if completes else chunk,
+            range(first_step, first_step + num_steps), starts, taken, 0,
+            (chunk, part.tail + part.newcomer_chunk * part.admits_newcomer(num_steps)) if completes else chunk,
             0, 0, 0, waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
         ), counts)
 

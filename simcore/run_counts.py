@@ -34,12 +34,17 @@ class RunCounts:
     prompt_first: int = 0  # the prompt's next new-block position (1-based), when chunk > 0
     has_prompt: bool = False  # a prompt is in every step (num_seqs counts it)
     completes: bool = False  # the last step completes the prompt (it selects a token)
+    # The last step admits a new prompt with its first chunk (one more sequence); its first
+    # output, when that chunk is the whole prompt (one more selecting).
+    newcomer: bool = False
+    newcomer_selects: bool = False
     # Running requests, blocks in use and resident tokens after the last step.
     last: tuple[int, int, int] = (0, 0, 0)
 
 
 _SCALAR_FIELDS = attrgetter("num_steps", "chunk", "prompt_first", "blocks", "running", "resident", "completes",
-                            "has_prompt")
+                            "has_prompt", "newcomer", "newcomer_selects")
+_NUM_SCALAR_FIELDS = 10
 _firsts_of = attrgetter("firsts")
 _last_of = attrgetter("last")
 
@@ -51,8 +56,9 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     bs = runs[0].block_size
     # Each field across the runs, read in C-level passes (each run's fields as a row).
     num_runs = len(runs)
-    lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt = np.fromiter(
-        chain.from_iterable(map(_SCALAR_FIELDS, runs)), np.int64, count=8 * num_runs).reshape(num_runs, 8).T
+    (lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt, newcomer,
+     newcomer_selects) = np.fromiter(chain.from_iterable(map(_SCALAR_FIELDS, runs)), np.int64,
+                                     count=_NUM_SCALAR_FIELDS * num_runs).reshape(num_runs, _NUM_SCALAR_FIELDS).T
     firsts_by_run = list(map(_firsts_of, runs))
     num_decoders = np.array(list(map(len, firsts_by_run)), dtype=np.int64)
     last_running, last_blocks, last_resident = np.fromiter(
@@ -104,8 +110,10 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     resident = per_row(resident_before) + tokens + _cumsum_within(token_delta, starts, lengths)
     running[last_rows], blocks[last_rows], resident[last_rows] = last_running, last_blocks, last_resident
     selected = decoders.copy()
-    selected[last_rows] += completes
-    return {"num_decode_tokens": decoders, "num_seqs": decoders + per_row(has_prompt), "num_selected": selected,
+    selected[last_rows] += completes + newcomer_selects
+    seqs = decoders + per_row(has_prompt)
+    seqs[last_rows] += newcomer
+    return {"num_decode_tokens": decoders, "num_seqs": seqs, "num_selected": selected,
             "num_running": running, "kv_blocks_used": blocks, "resident_tokens": resident}
 
 

@@ -134,8 +134,8 @@ def test_mixed_stretches_are_planned_and_match():
     # Every chunk, and, with nothing waiting, the shorter one completing the prompt (the tail).
     assert stretch.num_steps == (pending - 1) // 16 + 1 and stretch.tail == pending - (pending - 1) // 16 * 16
 
-    # A waiting request could join the last chunk's step (here the chunks fill the budget, so
-    # only that step has room): the stretch stops before it.
+    # A waiting request joins the last chunk's step (here the chunks fill the budget, so only
+    # that step has room): the stretch's last step admits it with a first chunk in the room left.
     policy = make_policy("chunked_prefill", num_blocks=200, block_size=4, chunk_size=16, max_num_batched_tokens=17)
     policy.add(req(0, 0.0, 8, 50), 0.0)
     _, now = drive(policy)
@@ -143,7 +143,10 @@ def test_mixed_stretches_are_planned_and_match():
     _, now = drive(policy, now)
     policy.add(req(2, now, 40, 5), now)
     stretch = policy.plan_stretch()
-    assert stretch is not None and stretch.num_steps == (pending - 1) // 16 and stretch.tail == 0
+    tail = pending - (pending - 1) // 16 * 16
+    assert stretch is not None and stretch.num_steps == (pending - 1) // 16 + 1 and stretch.tail == tail
+    assert stretch.newcomer.request_id == 2 and stretch.newcomer_chunk == 17 - 1 - tail and stretch.then is None
+    assert stretch.admits_newcomer(stretch.num_steps) and not stretch.admits_newcomer(stretch.num_steps - 1)
 
     requests = [req(i, 0.05 * i, 120, 30) for i in range(8)]  # fits the 64 x 4 positions of run_both
     cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)

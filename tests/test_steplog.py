@@ -86,7 +86,8 @@ def test_runs_with_derived_counts_read_back_in_order(seed, spill, tmp_path, monk
             continue
         firsts = [rng.randint(1, 12) for _ in range(rng.randrange(6))]
         run = RunCounts(len(rows), 4, 10, 50, 300, firsts, [], rng.choice([0, 3]), rng.randint(1, 9),
-                        rng.random() < 0.5, rng.random() < 0.5, (rng.randrange(9), rng.randrange(99), rng.randrange(999)))
+                        rng.random() < 0.5, rng.random() < 0.5,
+                        last=(rng.randrange(9), rng.randrange(99), rng.randrange(999)))
         derived = expand_run_counts([run])
         log.add_run(len(rows), columns, run)
         for index, row in enumerate(rows):
