@@ -8,11 +8,14 @@ active requests, prefill chunk, ... Later chunks continue the same request's pos
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from functools import partial
 from typing import Literal
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
+from policies.fast_path import num_processed_of, request_ids, steps_left, steps_to_first_finish
 from policies.stretch import Stretch
 from simcore.decode_blocks import blocks_taken_by
 from simcore.request import Request, Status
@@ -96,8 +99,11 @@ class ChunkedPrefillPolicy(BasePolicy):
         with nothing waiting, so is the step of the last chunk (the stretch's `tail`), which
         selects the prompt's first output, and the decodes that follow with that request among
         them (`then`). When every running request decodes, the same holds from the step that
-        admits the head of the queue (`admits`). Only where block ids carry no meaning (no
-        prefix cache, no host tier).
+        admits the head of the queue (`admits`). With nothing waiting, decoders may finish
+        within such a run (where the engine allows it): the batch shrinks and, where the chunk
+        is the budget left beside the decodes, grows (`Stretch.chunk_cap`). A request waiting
+        for the last chunk's step joins it with its first chunk (`newcomer`). Only where block
+        ids carry no meaning (no prefix cache, no host tier).
         """
         stretch = super().plan_stretch()
         if stretch is not None or self.order != "stall_free" or self.swapped:
@@ -114,8 +120,8 @@ class ChunkedPrefillPolicy(BasePolicy):
     def _prefill_stretch(self, prefill: Request, decoders: list[Request], *, admits: bool = False) -> Stretch | None:
         """Every decode beside `prefill`'s chunks (from its admission, when `admits`: it heads
         the queue and the first step admits it, as `_run_prefill_chunks` would), and the
-        decodes that follow its last chunk when that chunk is in the run. When only the last
-        chunk is left and a request waits, the step of that chunk with the newcomer's first."""
+        decodes that follow its last chunk when that chunk is in the run. Where a request
+        waits, the stretch's last step may be that of the last chunk with the newcomer's first."""
         # The checks that cost O(1) first: most calls end at one of them.
         budget_left = self.options.max_num_batched_tokens - len(decoders)
         chunk = min(self.chunk_size, budget_left)
@@ -159,14 +165,27 @@ class ChunkedPrefillPolicy(BasePolicy):
             need = self.bm.blocks_for(min(pending, chunk))
             if not self.bm.can_allocate(decode_blocks + need, reserve=self.num_watermark_blocks()):
                 return None
-        limit = self._steps_with_blocks(firsts, prefill, chunk, min(total, to_finish), pending)
+        # With others waiting, none can join these steps (the checks above), however many come.
+        stretch = Stretch(total, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed,
+                          tail=tail, admits=admits, arrivals_wait=num_waiting > 0)
+        if to_finish < total and not num_waiting and not recompute and self.run_past_finishes \
+                and self.can_run_past_finishes():
+            # Nothing waits for the seats or blocks a finish frees: past it, the batch only
+            # shrinks, and the chunk grows where it is the budget left beside the decodes.
+            stretch.remaining = (carry.steps_left() if carry is not None else None) or steps_left(decoders)
+            if chunk < self.chunk_size:
+                stretch.chunk_cap = self.chunk_size
+                before_tail, stretch.tail = self._chunks_past_finishes(stretch, pending)
+                total = stretch.num_steps = before_tail + 1
+        # Blocks are counted as if finished decoders kept growing: never more than stepping needs.
+        limit = self._steps_with_blocks(firsts, prefill, stretch.prompt_positions,
+                                        total if stretch.remaining else min(total, to_finish), pending)
         if limit < 1:
             return None
-        # With others waiting, none can join these steps (the checks above), however many come.
-        stretch = Stretch(limit, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed,
-                          tail=tail if limit == total else 0, admits=admits, arrivals_wait=num_waiting > 0)
-        if stretch.tail and to_finish > limit and prefill.num_target_outputs > 1:
-            stretch.then = self._decodes_after_prompt(stretch, pending)
+        if limit < total:
+            stretch.num_steps, stretch.tail = limit, 0
+        if stretch.tail and (to_finish > limit or stretch.remaining) and prefill.num_target_outputs > 1:
+            stretch.plan_then = partial(self._decodes_after_prompt, stretch, pending)
         elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
             # Its decoders are those of the steps before: one part, not a part of one step after it.
             return self._last_chunk_with_newcomer(stretch, pending) or stretch
@@ -205,14 +224,32 @@ class ChunkedPrefillPolicy(BasePolicy):
                        tail=tail, admits=stretch.admits, newcomer=newcomer, newcomer_chunk=new_chunk,
                        arrivals_wait=not has_room)
 
-    def _steps_with_blocks(self, firsts: list[int], prefill: Request, chunk: int, limit: int,
+    def _chunks_past_finishes(self, stretch: Stretch, pending: int) -> tuple[int, int]:
+        """(steps before the one that completes the prompt, its chunk) in a stretch whose chunk
+        grows as its decoders finish (`Stretch.chunk_cap`): span by span between finishes,
+        each step takes a chunk of the prompt's `pending` positions."""
+        remaining = stretch.remaining
+        assert remaining is not None
+        num_active, done = len(remaining), 0
+        for finish in [*sorted(remaining), math.inf]:
+            if finish > done:  # steps done + 1 .. finish, with num_active decoders
+                chunk = stretch.chunk_beside(num_active)
+                if pending <= (finish - done) * chunk:
+                    before = (pending - 1) // chunk
+                    return done + before, pending - before * chunk
+                pending -= (finish - done) * chunk
+                done = finish
+            num_active -= 1
+        raise AssertionError("unreachable: the last span has no end")
+
+    def _steps_with_blocks(self, firsts: list[int], prefill: Request, positions: Callable[[int], int], limit: int,
                            pending: int) -> int:
         """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now
-        (the prompt has `pending` positions left: the last chunk may be shorter)."""
+        (the first k steps process positions(k) of the prompt's `pending` positions)."""
         free, bs = self.bm.num_free_blocks, self.bm.block_size
 
         def fits(num_steps: int) -> bool:
-            prompt_blocks = self.bm.num_new_blocks_needed(prefill.request_id, min(num_steps * chunk, pending))
+            prompt_blocks = self.bm.num_new_blocks_needed(prefill.request_id, min(positions(num_steps), pending))
             if len(firsts) * (num_steps // bs + 1) + prompt_blocks <= free:
                 return True  # even if every decoder took its most blocks (plenty free: the usual case)
             return blocks_taken_by(firsts, num_steps, bs) + prompt_blocks <= free

@@ -8,6 +8,8 @@ chunked prefill). Preemption when blocks run out: the most recently admitted run
 
 from __future__ import annotations
 
+from functools import partial
+
 from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_left
@@ -101,7 +103,7 @@ class ContinuousPolicy(BasePolicy):
         # While others wait, the next step tries to admit the next of them: no decode run is
         # certain after this step.
         if head.num_target_outputs > 1 and not others_wait:
-            stretch.then = self._decodes_after_admission(head, carry)
+            stretch.plan_then = partial(self._decodes_after_admission, head, carry)
         return stretch
 
     def _admits_next_beside(self, head: Request, watermark: int) -> bool:

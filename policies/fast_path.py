@@ -187,17 +187,23 @@ class StretchMixin:
     def _decodes_after_prompt(self, stretch: Stretch, pending: int) -> Stretch | None:
         """The decode-only stretch that follows one whose last step completes its prompt (the
         tail, `pending` positions from now): that request now decodes beside the stretch's
-        decoders, none of which finished. Planned from the state the stretch leaves."""
+        decoders that did not finish in it (where it runs past finishes). Planned from the state
+        the stretch leaves."""
         num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
-        decoders = stretch.decoders
+        decoders, ids = stretch.decoders, stretch.decode_ids
+        # Blocks as if the decoders that finish kept theirs: fewer free than stepping would have.
         taken, firsts, prompt_first = self._blocks_after(stretch, pending)
-        firsts.append(prompt_first)
-        remaining = [r - num_steps for r in steps_left(decoders)]
+        remaining = [r - num_steps for r in stretch.remaining or steps_left(decoders)]
         contexts = [c + num_steps for c in map(num_processed_of, decoders)]
+        if stretch.steps_to_finish <= num_steps:  # some finished: the others go on
+            stay = [index for index, left in enumerate(remaining) if left > 0]
+            decoders, ids, firsts, remaining, contexts = (
+                [column[index] for index in stay] for column in (decoders, ids, firsts, remaining, contexts))
+        firsts.append(prompt_first)
         remaining.append(prompt.num_target_outputs - 1)
         contexts.append(prompt.num_processed + pending)
-        return self._decodes_joined([*decoders, prompt], [*stretch.decode_ids, prompt.request_id], firsts, remaining,
+        return self._decodes_joined([*decoders, prompt], [*ids, prompt.request_id], firsts, remaining,
                                     contexts, self.bm.num_free_blocks - taken)
 
     def _decodes_joined(self, decoders: list[Request], ids: list[int], firsts: list[int], remaining: list[int],
@@ -271,7 +277,7 @@ class StretchMixin:
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
                          self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
                          prompt is not None, stretch.reaches_tail(num_steps), newcomer,
-                         newcomer and stretch.newcomer_selects)
+                         newcomer and stretch.newcomer_selects, stretch.chunk_cap)
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
@@ -296,7 +302,11 @@ class StretchMixin:
                 self.itl.add_gaps([first - t for t in lasts])
             gaps = list(map(sub, times[1:], times[:-1]))
             if departures:
-                self.itl.add_weighted(gaps, _decoders_per_gap(stretch, num_steps))
+                counts = _decoders_per_gap(stretch, num_steps)
+                if not counts[-1]:  # a prompt's chunks went on after every decoder finished
+                    none_left = counts.index(0)
+                    del gaps[none_left:], counts[none_left:]
+                self.itl.add_weighted(gaps, counts)
             elif gaps:  # none in a run of one step
                 self.itl.add_run(gaps, len(running))
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
@@ -326,7 +336,7 @@ class StretchMixin:
         completes = False
         if prefill is not None:
             completes = stretch.reaches_tail(num_steps)
-            processed = (num_steps - 1) * stretch.chunk + stretch.tail if completes else num_steps * stretch.chunk
+            processed = stretch.prompt_positions(num_steps)
             self.bm.append(prefill.request_id, processed)
             prefill.num_processed += processed
             self.num_resident_tokens += processed

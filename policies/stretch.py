@@ -14,7 +14,7 @@ without them. A stretch may be followed by another (`then`): the engine takes th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -40,6 +40,10 @@ class Stretch:
     # Size of the chunk that completes the prompt in the stretch's last step (num_steps), when
     # the stretch reaches it; 0 when every step's chunk is `chunk` and selects nothing.
     tail: int = 0
+    # Where the chunk is the budget left beside the decodes, below this most a step takes: in a
+    # stretch that runs past finishes, each finish leaves the steps after it one position more
+    # (`chunk_beside`). 0 where the chunk never changes.
+    chunk_cap: int = 0
     # Whether `prefill` heads the waiting queue and the first step admits it.
     admits: bool = False
     # A waiting request the stretch's last step admits with its first chunk: beside the tail,
@@ -54,8 +58,11 @@ class Stretch:
     # (a stretch that follows another: see `then`).
     decode_contexts: list[int] | None = None
     # A decode-only stretch that follows this one's last step, planned from the state it leaves
-    # (the prompt completed by the tail decodes beside the others).
+    # (the prompt completed by the tail decodes beside the others): by `plan_then`, when the
+    # engine's pricing first reaches it (see `next_part`). A run is often cut by an arrival
+    # before, and planning it reads the whole batch. No such stretch lets arrivals wait.
     then: Stretch | None = None
+    plan_then: Callable[[], Stretch | None] | None = None
     # Whether requests arriving during this stretch's steps cannot change them: they join the
     # queue behind a head that none of its steps can admit (admission is first come, first
     # served), so the engine need not stop at them; it does not where any part of a run says
@@ -75,11 +82,44 @@ class Stretch:
         """Whether the first `num_steps` steps include the one that admits the newcomer."""
         return self.newcomer is not None and num_steps == self.num_steps
 
+    def chunk_beside(self, num_active: int) -> int:
+        """The prompt's chunk in a step with `num_active` decoders (a whole chunk, not the tail)."""
+        if self.chunk_cap:
+            return min(self.chunk_cap, self.chunk + len(self.decoders) - num_active)
+        return self.chunk
+
+    def prompt_positions(self, num_steps: int) -> int:
+        """Positions of the prompt that the first `num_steps` steps process."""
+        if self.chunk_cap and self.has_departures(num_steps):
+            return sum(self.step_chunks(num_steps))
+        return (num_steps - 1) * self.chunk + self.tail if self.reaches_tail(num_steps) else num_steps * self.chunk
+
+    def step_chunks(self, num_steps: int) -> list[int]:
+        """The prompt positions each of the first `num_steps` steps processes, in a run with
+        departures (before the last of them)."""
+        chunks: list[int] = []
+        for steps, num_active, _ in self.decode_spans(num_steps):
+            chunks += [self.chunk_beside(num_active)] * steps
+        if self.reaches_tail(num_steps):
+            chunks[-1] = self.tail
+        return chunks
+
+    def next_part(self) -> Stretch | None:
+        """The stretch that follows this one (`then`), planned when first asked for; it must be
+        asked for before this stretch is applied, whose state it is planned from."""
+        if self.plan_then is not None:
+            self.then, self.plan_then = self.plan_then(), None
+        return self.then
+
+    def may_go_on(self) -> bool:
+        """Whether a stretch may follow this one."""
+        return self.then is not None or self.plan_then is not None
+
     def parts(self) -> list[Stretch]:
-        """This stretch and those that follow it, in order."""
+        """This stretch and those that follow it, in order (planning them all)."""
         parts = [self]
-        while parts[-1].then is not None:
-            parts.append(parts[-1].then)
+        while (following := parts[-1].next_part()) is not None:
+            parts.append(following)
         return parts
 
     def reaches_tail(self, num_steps: int) -> bool:
@@ -92,30 +132,41 @@ class Stretch:
 
     def runs(self, num_steps: int | None = None) -> Iterator[tuple[int, RunShape]]:
         """(steps, shape) pieces covering the first `num_steps` steps (all by default): one
-        shape, or one per span between finishes, since the batch shrinks after each."""
+        shape, or one per span between finishes, since the batch shrinks after each; and the
+        step of the prompt's last chunk (the tail) on its own."""
         limit = self.num_steps if num_steps is None else num_steps
-        if self.reaches_tail(limit):
-            if limit > 1:
-                yield limit - 1, self.run_shape()
-            n, body = len(self.decoders), limit - 1
-            yield 1, RunShape(n, self.decode_context + body * n, self.tail, self.prefill_context + body * self.chunk,
-                              chunk_selects=True, new_chunk=self.newcomer_chunk,
-                              new_selects=self.newcomer_selects)
-            return
-        if self.newcomer is not None and self.prefill is None:  # a step that admits it alone (beside a tail: above)
+        if self.newcomer is not None and self.prefill is None:  # a step that admits it alone (beside a tail: below)
             yield 1, RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context,
                               new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)
             return
+        completes = self.reaches_tail(limit)
+        body = limit - 1 if completes else limit  # steps of a whole chunk (or of decodes alone)
+        n = len(self.decoders)
         if not self.has_departures(limit):
-            yield limit, self.run_shape()
-            return
-        for steps, num_active, context in self.decode_spans(limit):
-            yield steps, RunShape(num_active, context)
+            if body:
+                yield body, self.run_shape()
+            decode_context = self.decode_context + body * n
+            prefill_context = self.prefill_context + body * self.chunk
+        else:
+            done, prefill_context = 0, self.prefill_context
+            for steps, n, context in self.decode_spans(limit):
+                if completes and done + steps == limit:  # the last span: its last step is the tail's
+                    steps -= 1
+                    decode_context = context + steps * n
+                if steps:
+                    q = self.chunk_beside(n)
+                    yield steps, RunShape(n, context, q, prefill_context)
+                    prefill_context += steps * q
+                done += steps
+        if completes:
+            yield 1, RunShape(n, decode_context, self.tail, prefill_context, chunk_selects=True,
+                              new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)
 
     def decode_spans(self, num_steps: int) -> Iterator[tuple[int, int, int]]:
         """(steps, number of decoders, their total context at the span's first step): pieces
         covering the first `num_steps` steps of a run with departures, one per span between
-        finishes."""
+        finishes (and one with none left, when a prompt's chunks go on after every decoder
+        finished)."""
         done = self.steps_to_finish  # steps yielded so far
         num_active, context = len(self.decoders), self.decode_context
         yield done, num_active, context
@@ -128,6 +179,8 @@ class Stretch:
                     return
             num_active -= 1
             context -= leaving_context
+        if done < num_steps:
+            yield num_steps - done, 0, 0
 
     def departures(self) -> list[tuple[int, int, int]]:
         """(finish step, batch index, context before the run) of every decoder, in finish order

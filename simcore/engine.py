@@ -22,7 +22,7 @@ import simpy
 
 from backends.base import CostModel, step_extras
 from policies.protocol import Policy
-from policies.stretch import run_aggregates
+from policies.stretch import Stretch, run_aggregates
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.request import Request, Status
@@ -186,27 +186,38 @@ def simulate(
         plan = policy.plan_stretch()
         if plan is None:
             return None
-        parts = plan.parts()
+        parts = [plan]  # and those that follow it, as pricing reaches them (see Stretch.next_part)
+
+        def pieces():  # noqa: ANN202
+            part = plan
+            while True:
+                yield from part.runs()
+                part = part.next_part()
+                if part is None:
+                    return
+                parts.append(part)
+
         start = state["now"]
-        runs = (run for part in parts for run in part.runs())
+        runs = pieces()
         if priced_run is not None:
             durations = priced_run(runs)
         elif priced_one_by_one is not None:
             durations = chain.from_iterable(islice(priced_one_by_one(shape), steps) for steps, shape in runs)
         else:
-            durations = [duration for steps, shape in runs
-                         for duration in np.broadcast_to(bulk(*run_aggregates(shape, steps)), (steps,)).tolist()]
+            durations = chain.from_iterable(np.broadcast_to(bulk(*run_aggregates(shape, steps)), (steps,)).tolist()
+                                            for steps, shape in runs)
         # Step ends by repeated addition, exactly as the clock advances one step at a time.
         ends: list[float] = []
         taken: list[float] = []
         add_end, add_taken, inf = ends.append, taken.append, math.inf
         clock = start
-        # Where arrivals cannot change the run, it goes on past them (they are taken below).
-        arrivals_wait = all(part.arrivals_wait for part in parts)
+        # Where arrivals cannot change the run, it goes on past them (they are taken below). No
+        # stretch that follows another lets them wait.
+        arrivals_wait = plan.arrivals_wait and not plan.may_go_on()
         arrival = math.inf if arrivals_wait else next_arrival()[0]
+        if clock >= arrival:
+            return None  # an arrival comes first
         for duration in durations:
-            if clock >= arrival:
-                break  # this step would start after an arrival: the policy must see it first
             if not 0 < duration < inf:
                 raise ServesimError(f"cost model returned step time {duration!r}; "
                                     "expected a positive finite number of seconds")
@@ -215,8 +226,12 @@ def simulate(
                 break
             add_end(clock)
             add_taken(duration)
+            if clock >= arrival:
+                # The next step would start after an arrival: the policy must see it first.
+                # Tested before the next step is priced, which may plan the part it is in.
+                break
         if not ends:
-            return None  # an arrival comes first
+            return None  # the horizon comes first
         return parts, start, ends, taken, arrivals_wait
 
     def take_stretch(parts, start: float, ends: list[float], taken: list[float], arrivals_wait: bool) -> None:  # noqa: ANN001
@@ -293,8 +308,7 @@ def simulate(
         # are (every step but the last, the last). The counts of sequences, decodes, selected
         # tokens, running requests, blocks and resident tokens are derived (0 stands for them).
         log.add_run(num_steps, (
-            range(first_step, first_step + num_steps), starts, taken, 0,
-            (chunk, part.tail + part.newcomer_chunk * part.admits_newcomer(num_steps)) if completes else chunk,
+            range(first_step, first_step + num_steps), starts, taken, 0, _prompt_tokens(part, num_steps, completes),
             0, 0, 0, waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
         ), counts)
 
@@ -415,6 +429,16 @@ def _extras(cost_model: CostModel, plan) -> dict[str, float] | None:  # noqa: AN
     if transfer_time is not None and moves:
         extras["transfer_s"] = transfer_time(plan)
     return extras
+
+
+def _prompt_tokens(part: Stretch, num_steps: int, completes: bool) -> int | tuple[int, int] | list[int]:
+    """The prompt positions of a run's steps, as a step-log column entry (see StepLog.add_run):
+    one chunk for every step, (every step's but the last, the last's), or each step's."""
+    if part.chunk_cap and part.has_departures(num_steps):
+        return part.step_chunks(num_steps)  # the chunk grows at finishes
+    if completes:
+        return part.chunk, part.tail + part.newcomer_chunk * part.admits_newcomer(num_steps)
+    return part.chunk
 
 
 def _until(env: simpy.Environment, when: float) -> simpy.Timeout:

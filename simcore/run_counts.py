@@ -38,13 +38,16 @@ class RunCounts:
     # output, when that chunk is the whole prompt (one more selecting).
     newcomer: bool = False
     newcomer_selects: bool = False
+    # Where the chunk is the budget left beside the decoders: the most it may grow to as they
+    # leave (a step with d decoders takes min(chunk_cap, chunk + len(firsts) - d)); 0: fixed.
+    chunk_cap: int = 0
     # Running requests, blocks in use and resident tokens after the last step.
     last: tuple[int, int, int] = (0, 0, 0)
 
 
 _SCALAR_FIELDS = attrgetter("num_steps", "chunk", "prompt_first", "blocks", "running", "resident", "completes",
-                            "has_prompt", "newcomer", "newcomer_selects")
-_NUM_SCALAR_FIELDS = 10
+                            "has_prompt", "newcomer", "newcomer_selects", "chunk_cap")
+_NUM_SCALAR_FIELDS = 11
 _firsts_of = attrgetter("firsts")
 _last_of = attrgetter("last")
 
@@ -57,7 +60,7 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     # Each field across the runs, read in C-level passes (each run's fields as a row).
     num_runs = len(runs)
     (lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt, newcomer,
-     newcomer_selects) = np.fromiter(chain.from_iterable(map(_SCALAR_FIELDS, runs)), np.int64,
+     newcomer_selects, chunk_cap) = np.fromiter(chain.from_iterable(map(_SCALAR_FIELDS, runs)), np.int64,
                                      count=_NUM_SCALAR_FIELDS * num_runs).reshape(num_runs, _NUM_SCALAR_FIELDS).T
     firsts_by_run = list(map(_firsts_of, runs))
     num_decoders = np.array(list(map(len, firsts_by_run)), dtype=np.int64)
@@ -100,9 +103,16 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
         np.subtract.at(token_delta, rows, context + finish)
         np.subtract.at(decoder_delta, rows + 1, 1)  # gone from the step after its finish step
     decoders = per_row(num_decoders) + _cumsum_within(decoder_delta, starts, lengths)
-    # Tokens stored by each step: its decodes and the prompt's chunk.
-    tokens = _cumsum_within(decoders + per_row(chunk), starts, lengths)
-    stored = (np.arange(total, dtype=np.int64) - per_row(starts) + 1) * per_row(chunk)  # prompt positions
+    # Tokens stored by each step: its decodes and the prompt's chunk. (A run's last row, the
+    # one with a tail, takes its counts from `last`.)
+    row_chunk = per_row(chunk)
+    if chunk_cap.any():  # chunks that grow as decoders leave
+        cap = per_row(chunk_cap)
+        row_chunk = np.where(cap > 0, np.minimum(cap, row_chunk + per_row(num_decoders) - decoders), row_chunk)
+        stored = _cumsum_within(row_chunk, starts, lengths)  # prompt positions
+    else:
+        stored = (np.arange(total, dtype=np.int64) - per_row(starts) + 1) * row_chunk
+    tokens = _cumsum_within(decoders + row_chunk, starts, lengths)
     first = per_row(prompt_first)
     prompt_blocks = np.where((stored > 0) & (stored >= first), (stored - first) // bs + 1, 0)
     blocks = per_row(blocks_before) + _cumsum_within(block_delta, starts, lengths) + prompt_blocks

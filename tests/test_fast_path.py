@@ -292,6 +292,47 @@ def test_the_last_chunk_admits_the_next_prompt_in_the_run(monkeypatch):
     assert (joined.prefill.request_id, joined.tail, joined.newcomer.request_id, joined.newcomer_chunk) == (1, 6, 2, 10)
 
 
+@pytest.mark.parametrize("budget", [18, 40])  # the chunk is the budget left beside the decodes / always 16
+def test_prompt_chunks_run_past_finishes(monkeypatch, budget):
+    """While a long prompt is prefilled and nothing waits, the decoders beside its chunks may
+    finish within the run. Where the chunk is the budget left beside them, each finish makes
+    the chunks after it one position longer (up to chunk_size), which moves the prompt's last
+    chunk; the decodes after it follow in the same run. Tables equal stepping's."""
+    applied = _spy_parts(monkeypatch)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    tails = set()
+    for prompt_len in range(200, 217):  # the last chunk: every size from 1 to 16
+        applied.clear()
+        # Four decode a few outputs each; request 4's prompt takes a dozen steps beside them.
+        requests = [req(0, 0.0, 4, 3), req(1, 0.0, 4, 5), req(2, 0.0, 4, 6), req(3, 0.0, 4, 9),
+                    req(4, 0.001, prompt_len, 5)]
+        _, steps = _both_paths_equal(requests, "chunked_prefill", cost, num_blocks=200, block_size=4, chunk_size=16,
+                                     max_num_batched_tokens=budget)
+        (stretch, taken), = [(stretch, taken) for stretch, taken in applied if stretch.prefill is not None
+                             and stretch.prefill.request_id == 4 and stretch.reaches_tail(taken)]
+        assert stretch.has_departures(taken) and stretch.chunk_cap == (16 if budget == 18 else 0)
+        chunks = stretch.step_chunks(taken)
+        assert sum(chunks) == stretch.prompt_positions(taken) == prompt_len - stretch.prefill_context
+        if budget == 18:
+            assert chunks[0] == 18 - 4 and max(chunks[:-1]) == 16  # longer once two of the four left
+        assert stretch.then is not None and any(part is stretch.then for part, _ in applied)
+        tails.add(chunks[-1])
+        assert steps["num_prefill_tokens"].sum() == prompt_len + 4 * 4
+    assert tails == set(range(1, 17))
+
+
+def test_the_decodes_after_a_run_are_planned_only_when_it_reaches_them(monkeypatch):
+    """A run that an arrival cuts before its first part ends never plans the decode-only part
+    that would follow it (its `plan_then` is left unused)."""
+    applied = _spy_parts(monkeypatch)
+    # Request 1 arrives during the chunks of request 0's prompt (160 positions, 16 a step).
+    requests = [req(0, 0.0, 160, 20), req(1, 0.03, 8, 5)]
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    _both_paths_equal(requests, "chunked_prefill", cost, num_blocks=200, block_size=4, chunk_size=16)
+    cut = [stretch for stretch, taken in applied if stretch.prefill is not None and taken < stretch.num_steps]
+    assert cut and all(stretch.plan_then is not None and stretch.then is None for stretch in cut)
+
+
 def _both_paths_equal(requests, name, cost, **options):  # noqa: ANN001, ANN003, ANN202
     """Run `requests` stepping and on the fast path (invariants checked); assert the request and
     step tables and the inter-token gaps are identical; return the fast run's result and steps."""
@@ -464,7 +505,7 @@ def test_continuous_runs_admit_the_only_waiting_request(monkeypatch, opts, cost_
     admitting = [(stretch, taken) for stretch, taken in applied if stretch.newcomer is not None]
     assert [stretch.newcomer.request_id for stretch, _ in admitting] == [0, 1, 2, 3]
     assert all(taken == 1 and not stretch.decoders and stretch.prefill is None for stretch, taken in admitting)
-    assert [stretch.then is not None for stretch, _ in admitting] == [True, False, True, True]
+    assert [stretch.may_go_on() for stretch, _ in admitting] == [True, False, True, True]
     ran = [stretch for stretch, _ in applied]
     assert all(stretch.then in ran for stretch, _ in admitting if stretch.then is not None)
     # Every step is taken by a run: none is scheduled one at a time.
@@ -511,7 +552,7 @@ def test_continuous_admission_runs_admit_the_head_alone_while_others_wait(monkey
     # One decodes; three arrive together while it does (40-token prompts: 10 blocks each).
     requests = [req(0, 0.0, 8, 30), req(1, 0.05, 40, 20), req(2, 0.05, 40, 20), req(3, 0.05, 40, 20)]
     _both_paths_equal(requests, "continuous", cost, num_blocks=num_blocks, block_size=4, **options)
-    alone = [stretch for stretch, _ in applied if stretch.newcomer is not None and stretch.then is None]
+    alone = [stretch for stretch, _ in applied if stretch.newcomer is not None and not stretch.may_go_on()]
     assert [stretch.newcomer.request_id for stretch in alone][:1] == [1]
 
 

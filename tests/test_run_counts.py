@@ -15,15 +15,16 @@ def runs(draw, block_size: int) -> RunCounts:
     firsts = draw(st.lists(st.integers(1, 3 * block_size), max_size=10))
     chunk = draw(st.sampled_from([0, 0, 1, 5, 17]))
     departures = []
-    if not chunk and firsts:  # decoders leave only in runs without a prompt (as the fast path plans them)
+    if firsts:
         leaving = draw(st.lists(st.integers(0, len(firsts) - 1), unique=True, max_size=len(firsts)))
         departures = sorted((draw(st.integers(1, num_steps - 1)), index, draw(st.integers(0, 500)),
                              draw(st.integers(0, 9))) for index in leaving)
     newcomer = draw(st.booleans())
+    chunk_cap = chunk + draw(st.integers(0, 6)) if chunk and departures and draw(st.booleans()) else 0
     return RunCounts(num_steps, block_size, draw(st.integers(len(firsts), 60)), draw(st.integers(0, 900)),
                      draw(st.integers(0, 9000)), firsts, departures, chunk,
                      draw(st.integers(1, 3 * block_size)) if chunk else 0, draw(st.booleans()), draw(st.booleans()),
-                     newcomer=newcomer, newcomer_selects=newcomer and draw(st.booleans()),
+                     newcomer=newcomer, newcomer_selects=newcomer and draw(st.booleans()), chunk_cap=chunk_cap,
                      last=(draw(st.integers(0, 99)), draw(st.integers(0, 999)), draw(st.integers(0, 9999))))
 
 
@@ -34,8 +35,11 @@ def _one_step_at_a_time(run: RunCounts) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {name: [] for name in ("num_decode_tokens", "num_seqs", "num_selected", "num_running",
                                                       "kv_blocks_used", "resident_tokens")}
     stored = 0  # tokens stored by the run's steps
+    prompt_stored = 0  # of which the prompt's
     for step in range(1, run.num_steps + 1):
         active = [i for i in range(len(run.firsts)) if i not in finish or finish[i][0] >= step]
+        if run.chunk_cap:  # the budget left beside the decoders, up to the cap
+            q = min(run.chunk_cap, run.chunk + len(run.firsts) - len(active))
         last = step == run.num_steps
         out["num_decode_tokens"].append(len(active))
         out["num_seqs"].append(len(active) + run.has_prompt + (run.newcomer and last))
@@ -44,6 +48,7 @@ def _one_step_at_a_time(run: RunCounts) -> dict[str, list[int]]:
             if step >= run.firsts[i] and (step - run.firsts[i]) % bs == 0:
                 taken[i] += 1
         stored += len(active) + q
+        prompt_stored += q
         if last:
             for name, value in zip(("num_running", "kv_blocks_used", "resident_tokens"), run.last):
                 out[name].append(value)
@@ -51,8 +56,8 @@ def _one_step_at_a_time(run: RunCounts) -> dict[str, list[int]]:
         gone = [i for i in finish if finish[i][0] <= step]
         released = sum(finish[i][2] + taken[i] for i in gone)
         prompt_blocks = 0
-        if q and step * q >= run.prompt_first:
-            prompt_blocks = (step * q - run.prompt_first) // bs + 1
+        if q and prompt_stored >= run.prompt_first:
+            prompt_blocks = (prompt_stored - run.prompt_first) // bs + 1
         out["num_running"].append(run.running - len(gone))
         out["kv_blocks_used"].append(run.blocks + sum(taken) - released + prompt_blocks)
         out["resident_tokens"].append(run.resident + stored - sum(finish[i][1] + finish[i][0] for i in gone))
