@@ -247,14 +247,20 @@ class ChunkedPrefillPolicy(BasePolicy):
         """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now
         (the first k steps process positions(k) of the prompt's `pending` positions)."""
         free, bs = self.bm.num_free_blocks, self.bm.block_size
+        if limit < 1:
+            return limit
+        # Even if every decoder took its most blocks, and the prompt all it has left (plenty
+        # free: the usual case).
+        if len(firsts) * (limit // bs + 1) + self.bm.num_new_blocks_needed(prefill.request_id, pending) <= free:
+            return limit
 
         def fits(num_steps: int) -> bool:
             prompt_blocks = self.bm.num_new_blocks_needed(prefill.request_id, min(positions(num_steps), pending))
             if len(firsts) * (num_steps // bs + 1) + prompt_blocks <= free:
-                return True  # even if every decoder took its most blocks (plenty free: the usual case)
+                return True
             return blocks_taken_by(firsts, num_steps, bs) + prompt_blocks <= free
 
-        if limit < 1 or fits(limit):
+        if fits(limit):
             return limit
         low, high = 0, limit
         while high - low > 1:

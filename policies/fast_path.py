@@ -7,7 +7,8 @@ costs a handful of fast passes over the batch and a few calls, whatever its leng
 
 from __future__ import annotations
 
-from operator import attrgetter, sub
+from itertools import compress, repeat
+from operator import add, attrgetter, ge, sub
 from typing import Any
 
 from policies.stretch import DecoderCarry, Stretch
@@ -194,8 +195,8 @@ class StretchMixin:
         decoders, ids = stretch.decoders, stretch.decode_ids
         # Blocks as if the decoders that finish kept theirs: fewer free than stepping would have.
         taken, firsts, prompt_first = self._blocks_after(stretch, pending)
-        remaining = [r - num_steps for r in stretch.remaining or steps_left(decoders)]
-        contexts = [c + num_steps for c in map(num_processed_of, decoders)]
+        remaining = list(map(sub, stretch.remaining or steps_left(decoders), repeat(num_steps)))
+        contexts = list(map(add, map(num_processed_of, decoders), repeat(num_steps)))
         if stretch.steps_to_finish <= num_steps:  # some finished: the others go on
             stay = [index for index, left in enumerate(remaining) if left > 0]
             decoders, ids, firsts, remaining, contexts = (
@@ -331,7 +332,7 @@ class StretchMixin:
         if departures:
             done = self._settle_departures(stretch, times)
         elif running and num_steps >= stretch.steps_to_finish:
-            done = [r for r in running if r.num_outputs >= r.num_target_outputs]
+            done = list(compress(running, map(ge, map(num_outputs_of, running), map(num_target_of, running))))
         prefill = stretch.prefill
         completes = False
         if prefill is not None:

@@ -198,7 +198,7 @@ def simulate(
                 parts.append(part)
 
         start = state["now"]
-        runs = pieces()
+        runs = pieces() if plan.may_go_on() else plan.runs()
         if priced_run is not None:
             durations = priced_run(runs)
         elif priced_one_by_one is not None:
