@@ -101,6 +101,7 @@ class Stretch:
     def step_chunks(self, num_steps: int) -> list[int]:
         """The prompt positions each of the first `num_steps` steps processes, in a run with
         departures (before the last of them)."""
+        assert self.has_departures(num_steps), "decode_spans covers runs with departures only"
         chunks: list[int] = []
         for steps, num_active, _ in self.decode_spans(num_steps):
             chunks += [self.chunk_beside(num_active)] * steps

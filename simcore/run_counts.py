@@ -45,9 +45,10 @@ class RunCounts:
     last: tuple[int, int, int] = (0, 0, 0)
 
 
-_SCALAR_FIELDS = attrgetter("num_steps", "chunk", "prompt_first", "blocks", "running", "resident", "completes",
-                            "has_prompt", "newcomer", "newcomer_selects", "chunk_cap")
-_NUM_SCALAR_FIELDS = 11
+_SCALAR_NAMES = ("num_steps", "chunk", "prompt_first", "blocks", "running", "resident", "completes", "has_prompt",
+                 "newcomer", "newcomer_selects", "chunk_cap")
+_SCALAR_FIELDS = attrgetter(*_SCALAR_NAMES)
+_NUM_SCALAR_FIELDS = len(_SCALAR_NAMES)
 _firsts_of = attrgetter("firsts")
 _last_of = attrgetter("last")
 
