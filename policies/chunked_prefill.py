@@ -15,7 +15,7 @@ from typing import Literal
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import num_processed_of, request_ids, steps_left, steps_to_first_finish
+from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
 from policies.stretch import Stretch
 from simcore.decode_blocks import blocks_taken_by
 from simcore.request import Request, Status
@@ -172,7 +172,7 @@ class ChunkedPrefillPolicy(BasePolicy):
                 and self.can_run_past_finishes():
             # Nothing waits for the seats or blocks a finish frees: past it, the batch only
             # shrinks, and the chunk grows where it is the budget left beside the decodes.
-            stretch.remaining = (carry.steps_left() if carry is not None else None) or steps_left(decoders)
+            stretch.remaining = self._steps_left(decoders, carry)
             if chunk < self.chunk_size:
                 stretch.chunk_cap = self.chunk_size
                 before_tail, stretch.tail = self._chunks_past_finishes(stretch, pending)

@@ -12,7 +12,7 @@ from functools import partial
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import num_processed_of, request_ids, steps_left
+from policies.fast_path import num_processed_of, request_ids
 from policies.stretch import DecoderCarry, Stretch
 from simcore.request import Request
 
@@ -129,10 +129,8 @@ class ContinuousPolicy(BasePolicy):
         (nothing waits then), planned from the state that step leaves."""
         running = self.running
         taken, head_first = self._blocks_on_admission(head, head.num_tokens)
-        if carry is not None:
-            ids, remaining = carry.ids, carry.steps_left() or steps_left(running)
-        else:
-            ids, remaining = request_ids(running), steps_left(running)
+        ids = carry.ids if carry is not None else request_ids(running)
+        remaining = self._steps_left(running, carry)
         remaining.append(head.num_target_outputs - 1)
         # The running requests did not advance in the admission step.
         contexts = [*map(num_processed_of, running), head.num_tokens]

@@ -94,8 +94,7 @@ class StretchMixin:
         firsts = self.bm.first_new_block_steps(ids)
         if self.run_past_finishes and not self.waiting and self.can_run_past_finishes():
             if remaining is None:  # read from the carry: its own, when it knew them
-                assert carry is not None
-                remaining = carry.steps_left() or steps_left(running)
+                remaining = self._steps_left(running, carry)
             # Blocks are counted as if finished requests kept growing: never more than stepping needs.
             num_steps = self.bm.max_decode_steps(ids, max(remaining), firsts)
         else:
@@ -135,6 +134,12 @@ class StretchMixin:
             to_finish = min(to_finish, stretch.steps_to_finish - num_steps)
         return DecoderCarry([*stretch.decoders, prompt], [*stretch.decode_ids, prompt.request_id],
                             stretch.decode_context + num_steps * n + prompt.num_processed, to_finish)
+
+    @staticmethod
+    def _steps_left(decoders: list[Request], carry: DecoderCarry | None) -> list[int]:
+        """Each decoder's steps until its last output: the carry's, when it knew them (it is
+        `_carried(decoders)`), else read from the requests."""
+        return (carry.steps_left() if carry is not None else None) or steps_left(decoders)
 
     def can_run_past_finishes(self) -> bool:
         """Whether a finish changes nothing for the requests still running but the batch size:

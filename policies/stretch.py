@@ -120,12 +120,12 @@ class Stretch:
         """Whether a stretch may follow this one."""
         return self.then is not None or self.plan_then is not None
 
-    def parts(self) -> list[Stretch]:
-        """This stretch and those that follow it, in order (planning them all)."""
-        parts = [self]
-        while (following := parts[-1].next_part()) is not None:
-            parts.append(following)
-        return parts
+    def parts(self) -> Iterator[Stretch]:
+        """This stretch and those that follow it, in order, each planned when reached."""
+        part: Stretch | None = self
+        while part is not None:
+            yield part
+            part = part.next_part()
 
     def reaches_tail(self, num_steps: int) -> bool:
         """Whether the first `num_steps` steps include the one that completes the prompt."""

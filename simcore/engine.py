@@ -186,19 +186,16 @@ def simulate(
         plan = policy.plan_stretch()
         if plan is None:
             return None
-        parts = [plan]  # and those that follow it, as pricing reaches them (see Stretch.next_part)
+        goes_on = plan.may_go_on()
+        parts = [] if goes_on else [plan]  # the parts that pricing reaches (see Stretch.next_part)
 
         def pieces():  # noqa: ANN202
-            part = plan
-            while True:
-                yield from part.runs()
-                part = part.next_part()
-                if part is None:
-                    return
+            for part in plan.parts():
                 parts.append(part)
+                yield from part.runs()
 
         start = state["now"]
-        runs = pieces() if plan.may_go_on() else plan.runs()
+        runs = pieces() if goes_on else plan.runs()
         if priced_run is not None:
             durations = priced_run(runs)
         elif priced_one_by_one is not None:
@@ -213,7 +210,7 @@ def simulate(
         clock = start
         # Where arrivals cannot change the run, it goes on past them (they are taken below). No
         # stretch that follows another lets them wait.
-        arrivals_wait = plan.arrivals_wait and not plan.may_go_on()
+        arrivals_wait = plan.arrivals_wait and not goes_on
         arrival = math.inf if arrivals_wait else next_arrival()[0]
         if clock >= arrival:
             return None  # an arrival comes first
