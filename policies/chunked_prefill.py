@@ -185,7 +185,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         if limit < total:
             stretch.num_steps, stretch.tail = limit, 0
         if stretch.tail and (to_finish > limit or stretch.remaining) and prefill.num_target_outputs > 1:
-            stretch.plan_then = partial(self._decodes_after_prompt, stretch, pending)
+            stretch.plan_then = partial(self._decodes_after_prompt, pending=pending)
         elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
             # Its decoders are those of the steps before: one part, not a part of one step after it.
             return self._last_chunk_with_newcomer(stretch, pending) or stretch

@@ -103,7 +103,7 @@ class ContinuousPolicy(BasePolicy):
         # While others wait, the next step tries to admit the next of them: no decode run is
         # certain after this step.
         if head.num_target_outputs > 1 and not others_wait:
-            stretch.plan_then = partial(self._decodes_after_admission, head, carry)
+            stretch.plan_then = partial(self._decodes_after_admission, carry=carry)
         return stretch
 
     def _admits_next_beside(self, head: Request, watermark: int) -> bool:
@@ -124,10 +124,12 @@ class ContinuousPolicy(BasePolicy):
         need = self._blocks_to_admit(following, following.num_tokens)
         return need + watermark <= self.bm.num_free_blocks - head_blocks
 
-    def _decodes_after_admission(self, head: Request, carry: DecoderCarry | None) -> Stretch | None:
-        """The decode-only steps of the running batch and `head` after the step that admits it
-        (nothing waits then), planned from the state that step leaves."""
-        running = self.running
+    def _decodes_after_admission(self, admission: Stretch, carry: DecoderCarry | None) -> Stretch | None:
+        """The decode-only steps of the running batch and the request that `admission` (a step
+        that admits a whole prompt) admits, after that step (nothing waits then), planned from
+        the state that step leaves."""
+        running, head = self.running, admission.newcomer
+        assert head is not None
         taken, head_first = self._blocks_on_admission(head, head.num_tokens)
         ids = carry.ids if carry is not None else request_ids(running)
         remaining = self._steps_left(running, carry)

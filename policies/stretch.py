@@ -58,11 +58,13 @@ class Stretch:
     # (a stretch that follows another: see `then`).
     decode_contexts: list[int] | None = None
     # A decode-only stretch that follows this one's last step, planned from the state it leaves
-    # (the prompt completed by the tail decodes beside the others): by `plan_then`, when the
-    # engine's pricing first reaches it (see `next_part`). A run is often cut by an arrival
-    # before, and planning it reads the whole batch. No such stretch lets arrivals wait.
+    # (the prompt completed by the tail decodes beside the others): by `plan_then`, given this
+    # stretch, when the engine's pricing first reaches it (see `next_part`). A run is often cut
+    # by an arrival before, and planning it reads the whole batch. No such stretch lets arrivals
+    # wait. (`plan_then` is given the stretch rather than holding it: a stretch that held itself
+    # would be a reference cycle, left to the garbage collector when never reached.)
     then: Stretch | None = None
-    plan_then: Callable[[], Stretch | None] | None = None
+    plan_then: Callable[[Stretch], Stretch | None] | None = None
     # Whether requests arriving during this stretch's steps cannot change them: they join the
     # queue behind a head that none of its steps can admit (admission is first come, first
     # served), so the engine need not stop at them; it does not where any part of a run says
@@ -113,7 +115,7 @@ class Stretch:
         """The stretch that follows this one (`then`), planned when first asked for; it must be
         asked for before this stretch is applied, whose state it is planned from."""
         if self.plan_then is not None:
-            self.then, self.plan_then = self.plan_then(), None
+            self.then, self.plan_then = self.plan_then(self), None
         return self.then
 
     def may_go_on(self) -> bool:
