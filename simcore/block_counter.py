@@ -25,17 +25,14 @@ class BlockCounter(BlockArithmetic):
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         super().__init__(num_blocks, block_size)
-        self._free = num_blocks
+        # A plain attribute, not BlockManager's property: read a few times every run.
+        self.num_free_blocks = num_blocks
         self.num_table_blocks: dict[int, int] = {}
         # Per request, the decode step that first needs a new block: free slots in its blocks + 1.
         # Kept instead of the stored positions because decode runs read and advance it.
         self._first_new: dict[int, int] = {}
         # No block is ever shared, so no reference is ever revived: an empty mapping suffices.
         self.ref_counts: dict[int, int] = {}
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self._free
 
     @property
     def num_positions(self) -> dict[int, int]:
@@ -54,9 +51,9 @@ class BlockCounter(BlockArithmetic):
         if request_id in self.num_table_blocks:
             raise ValueError(f"request {request_id} already has a block table")
         need = self.blocks_for(num_positions)
-        if need > self._free:
-            raise MemoryError(f"request {request_id}: needs {need} blocks, {self._free} free")
-        self._free -= need
+        if need > self.num_free_blocks:
+            raise MemoryError(f"request {request_id}: needs {need} blocks, {self.num_free_blocks} free")
+        self.num_free_blocks -= need
         self.num_table_blocks[request_id] = need
         self._first_new[request_id] = need * self.block_size + 1
 
@@ -64,9 +61,9 @@ class BlockCounter(BlockArithmetic):
         if num_new_positions <= 0:
             return []
         need = self.num_new_blocks_needed(request_id, num_new_positions)
-        if need > self._free:
-            raise MemoryError(f"request {request_id}: needs {need} blocks, {self._free} free")
-        self._free -= need
+        if need > self.num_free_blocks:
+            raise MemoryError(f"request {request_id}: needs {need} blocks, {self.num_free_blocks} free")
+        self.num_free_blocks -= need
         self.num_table_blocks[request_id] += need
         self._first_new[request_id] += need * self.block_size - num_new_positions
         return []
@@ -75,7 +72,7 @@ class BlockCounter(BlockArithmetic):
         held = self.num_table_blocks.pop(request_id, None)
         self._first_new.pop(request_id, None)
         if held is not None:
-            self._free += held
+            self.num_free_blocks += held
 
     def table(self, request_id: int) -> tuple[int, ...]:
         raise RuntimeError("BlockCounter keeps no block ids; use BlockManager where tables are read")
@@ -83,7 +80,7 @@ class BlockCounter(BlockArithmetic):
     def max_decode_steps(self, request_ids: list[int], limit: int, firsts: list[int] | None = None) -> int:
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
-        return max_steps_within(firsts, self.block_size, self._free, limit)
+        return max_steps_within(firsts, self.block_size, self.num_free_blocks, limit)
 
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
@@ -98,9 +95,9 @@ class BlockCounter(BlockArithmetic):
             # At most one new block each, for those whose first comes within the run (the usual
             # case: runs end at arrivals long before a block fills twice); they are found in C.
             growing = list(compress(request_ids, map(ge, repeat(num_steps), firsts)))
-            if len(growing) > self._free:
-                raise MemoryError(f"decode steps need {len(growing)} blocks, {self._free} free")
-            self._free -= len(growing)
+            if len(growing) > self.num_free_blocks:
+                raise MemoryError(f"decode steps need {len(growing)} blocks, {self.num_free_blocks} free")
+            self.num_free_blocks -= len(growing)
             first_new.update(zip(request_ids, map(sub, firsts, repeat(num_steps))))
             for rid in growing:
                 tables[rid] += 1
@@ -109,17 +106,17 @@ class BlockCounter(BlockArithmetic):
         # Blocks each request takes: one at `first`, then one every block_size steps.
         needs = [(num_steps - first) // bs + 1 if first <= num_steps else 0 for first in firsts]
         taken = sum(needs)
-        if taken > self._free:
-            raise MemoryError(f"decode steps need {taken} blocks, {self._free} free")
-        self._free -= taken
+        if taken > self.num_free_blocks:
+            raise MemoryError(f"decode steps need {taken} blocks, {self.num_free_blocks} free")
+        self.num_free_blocks -= taken
         first_new.update(zip(request_ids, [first - num_steps + need * bs for first, need in zip(firsts, needs)]))
         if taken:
             tables.update([(rid, tables[rid] + need) for rid, need in zip(request_ids, needs) if need])
 
     def check(self) -> None:
         held = sum(self.num_table_blocks.values())
-        if held + self._free != self.num_blocks:
-            raise AssertionError(f"block accounting does not add up: {held} held + {self._free} free")
+        if held + self.num_free_blocks != self.num_blocks:
+            raise AssertionError(f"block accounting does not add up: {held} held + {self.num_free_blocks} free")
         for rid, num in self.num_table_blocks.items():
             first = self._first_new[rid]
             if not 1 <= first <= num * self.block_size + 1:

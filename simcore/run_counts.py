@@ -64,7 +64,7 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
      newcomer_selects, chunk_cap) = np.fromiter(chain.from_iterable(map(_SCALAR_FIELDS, runs)), np.int64,
                                      count=_NUM_SCALAR_FIELDS * num_runs).reshape(num_runs, _NUM_SCALAR_FIELDS).T
     firsts_by_run = list(map(_firsts_of, runs))
-    num_decoders = np.array(list(map(len, firsts_by_run)), dtype=np.int64)
+    num_decoders = np.fromiter(map(len, firsts_by_run), np.int64, count=num_runs)
     last_running, last_blocks, last_resident = np.fromiter(
         chain.from_iterable(map(_last_of, runs)), np.int64, count=3 * num_runs).reshape(num_runs, 3).T
     total = int(lengths.sum())
@@ -78,7 +78,7 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     # requests, blocks and resident tokens those after it. Block growth: decoder i takes a block
     # at steps first_i, first_i + bs, ... up to its limit (the run's next-to-last step, or its
     # own finish step).
-    firsts = np.array(list(chain.from_iterable(firsts_by_run)), dtype=np.int64)
+    firsts = np.fromiter(chain.from_iterable(firsts_by_run), np.int64, count=int(num_decoders.sum()))
     limits = np.repeat(lengths - 1, num_decoders)
     decoder_base = np.cumsum(num_decoders) - num_decoders
     departures = [(index, *departure) for index, run in enumerate(runs) for departure in run.departures]
