@@ -384,7 +384,8 @@ def simulate(
     # the loop. Rarer passes still bound what a cycle made elsewhere (a callback) could hold.
     thresholds = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
+    if thresholds[0]:  # 0: the caller turned automatic collection off; leave it so
+        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
     try:
         env.run(until=stepper)
     finally:

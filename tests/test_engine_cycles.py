@@ -8,9 +8,10 @@ import gc
 import pytest
 
 from backends.base import CostContext
+from backends.constant import ConstantCostModel
 from backends.roofline import make_roofline
 from policies.registry import make_policy
-from simcore.engine import RunLimits, simulate
+from simcore.engine import GC_YOUNG_THRESHOLD, RunLimits, simulate
 from simcore.presets import get_model
 from tests.test_fast_path import POLICIES, workload
 
@@ -39,3 +40,21 @@ def test_a_run_leaves_no_cyclic_garbage(name, opts, fast):
             gc.enable()
         assert len(result.steps) > 100  # long enough that a cycle per run would show
     assert max(found) <= MOST_UNREACHABLE, found
+
+
+@pytest.mark.parametrize("young", [0, 700, 250_000])
+def test_a_run_restores_the_collector_thresholds(young):
+    """The rarer young passes last the run only; a threshold of 0 (automatic collection off)
+    stays off, and a rarer one than the run's is kept."""
+    seen = []
+    policy = make_policy("continuous", num_blocks=64, block_size=4)
+    before = gc.get_threshold()
+    gc.set_threshold(young, 10, 10)
+    try:
+        simulate(workload(3, content=False), policy, ConstantCostModel(step_s=0.01),
+                 on_step=lambda _: seen.append(gc.get_threshold()[0]))
+        after = gc.get_threshold()
+    finally:
+        gc.set_threshold(*before)
+    assert after == (young, 10, 10)
+    assert seen and set(seen) == {young if young in (0, 250_000) else GC_YOUNG_THRESHOLD}
