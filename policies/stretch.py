@@ -93,11 +93,7 @@ class Stretch:
     def prompt_positions(self, num_steps: int) -> int:
         """Positions of the prompt that the first `num_steps` steps process."""
         if self.chunk_cap and self.has_departures(num_steps):
-            positions = chunk = 0
-            for steps, num_active, _ in self.decode_spans(num_steps):
-                chunk = self.chunk_beside(num_active)
-                positions += steps * chunk
-            return positions + self.tail - chunk if self.reaches_tail(num_steps) else positions
+            return sum(self.step_chunks(num_steps))  # the chunk grows at finishes
         return (num_steps - 1) * self.chunk + self.tail if self.reaches_tail(num_steps) else num_steps * self.chunk
 
     def step_chunks(self, num_steps: int) -> list[int]:
