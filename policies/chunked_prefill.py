@@ -99,11 +99,12 @@ class ChunkedPrefillPolicy(BasePolicy):
         with nothing waiting, so is the step of the last chunk (the stretch's `tail`), which
         selects the prompt's first output, and the decodes that follow with that request among
         them (`then`). When every running request decodes, the same holds from the step that
-        admits the head of the queue (`admits`). With nothing waiting, decoders may finish
-        within such a run (where the engine allows it): the batch shrinks and, where the chunk
-        is the budget left beside the decodes, grows (`Stretch.chunk_cap`). A request waiting
-        for the last chunk's step joins it with its first chunk (`newcomer`). Only where block
-        ids carry no meaning (no prefix cache, no host tier).
+        admits the head of the queue (`admits`). Decoders may finish within such a run (where
+        the engine allows it) when nothing waits, or when the step budget is at most a chunk
+        (no step before the last chunk's has room for a waiting request): the batch shrinks
+        and, where the chunk is the budget left beside the decodes, grows (`Stretch.chunk_cap`).
+        A request waiting for the last chunk's step joins it with its first chunk (`newcomer`).
+        Only where block ids carry no meaning (no prefix cache, no host tier).
         """
         stretch = super().plan_stretch()
         if stretch is not None or self.order != "stall_free" or self.swapped:
@@ -168,15 +169,18 @@ class ChunkedPrefillPolicy(BasePolicy):
         # With others waiting, none can join these steps (the checks above), however many come.
         stretch = Stretch(total, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed,
                           tail=tail, admits=admits, arrivals_wait=num_waiting > 0)
-        if to_finish < total and not num_waiting and not recompute and self.run_past_finishes \
-                and self.can_run_past_finishes():
-            # Nothing waits for the seats or blocks a finish frees: past it, the batch only
-            # shrinks, and the chunk grows where it is the budget left beside the decodes.
+        # With a queue, the steps before the last chunk's (`total`) run past finishes, which
+        # then also come before the step that admits the next prompt.
+        if to_finish < total + (num_waiting > 0) and self._can_run_past_finishes_beside(num_waiting, recompute):
             stretch.remaining = self._steps_left(decoders, carry)
             if chunk < self.chunk_size:
                 stretch.chunk_cap = self.chunk_size
-                before_tail, stretch.tail = self._chunks_past_finishes(stretch, pending)
-                total = stretch.num_steps = before_tail + 1
+                before_tail, last_chunk = self._chunks_past_finishes(stretch, pending)
+                if num_waiting:
+                    total = stretch.num_steps = before_tail  # the last chunk's step is planned below
+                else:
+                    stretch.tail = last_chunk
+                    total = stretch.num_steps = before_tail + 1
         # Blocks are counted as if finished decoders kept growing: never more than stepping needs.
         limit = self._steps_with_blocks(firsts, prefill, stretch.prompt_positions,
                                         total if stretch.remaining else min(total, to_finish), pending)
@@ -186,10 +190,20 @@ class ChunkedPrefillPolicy(BasePolicy):
             stretch.num_steps, stretch.tail = limit, 0
         if stretch.tail and (to_finish > limit or stretch.remaining) and prefill.num_target_outputs > 1:
             stretch.plan_then = partial(self._decodes_after_prompt, pending=pending)
-        elif num_waiting and not recompute and limit == num_steps and to_finish > limit:
+        elif num_waiting and not recompute and limit == total and (to_finish > limit or stretch.remaining):
             # Its decoders are those of the steps before: one part, not a part of one step after it.
             return self._last_chunk_with_newcomer(stretch, pending) or stretch
         return stretch
+
+    def _can_run_past_finishes_beside(self, num_waiting: int, recompute: bool) -> bool:
+        """Whether a prompt's chunks may run on past finishes of the decoders beside them: past
+        one, the batch only shrinks, and the chunk grows where it is the budget left beside the
+        decodes. Either nothing waits for the seats or blocks a finish frees, or no step before
+        the last chunk's has room for a waiting request: the step budget is at most a chunk, so
+        each such step's chunk takes all the budget the decodes leave, however few they are."""
+        if recompute or not (self.run_past_finishes and self.can_run_past_finishes()):
+            return False
+        return not num_waiting or self.options.max_num_batched_tokens <= self.chunk_size
 
     def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:
         """`stretch` (every chunk of its prompt but the last; none, for a stretch of no steps)
@@ -199,30 +213,36 @@ class ChunkedPrefillPolicy(BasePolicy):
         num_steps, prompt, chunk = stretch.num_steps, stretch.prefill, stretch.chunk
         assert prompt is not None
         newcomer = self.waiting[1 if stretch.admits else 0]
-        num_decodes = len(stretch.decoders)
         if newcomer.num_outputs or newcomer.request_id in self._preempted_at or self.options.admission == "reserve":
             return None  # a recompute; or admission that reserves every block up front
+        # The decoders in that step: those that did not finish in the steps before.
+        remaining = stretch.remaining
+        num_decodes = len(stretch.decoders) if remaining is None else sum(left > num_steps for left in remaining)
         if num_decodes + 2 > self.options.max_num_seqs:
             return None
-        tail = pending - num_steps * chunk
+        tail = pending - stretch.prompt_positions(num_steps)
         room = self.options.max_num_batched_tokens - num_decodes - tail
         new_chunk = min(newcomer.num_tokens, self.chunk_size, room)
         num_others = len(self.waiting) - (2 if stretch.admits else 1)
         has_room = new_chunk < room and num_decodes + 2 < self.options.max_num_seqs
         if new_chunk < 1 or (num_others and has_room):
             return None  # no room for it, or room for one more
-        # Blocks: the decodes' over both, the prompt's, then the newcomer's, which admission
-        # takes only while the watermark stays free.
-        taken, firsts, _ = self._blocks_after(stretch, pending)
-        taken += firsts.count(1) + self.bm.blocks_for(new_chunk)  # firsts are >= 1
-        if not self.bm.can_allocate(taken, reserve=self.num_watermark_blocks()):
+        # Blocks: the decodes' in all these steps, the prompt's, then the newcomer's, which
+        # admission takes only while the watermark stays free. Decoders that finished before
+        # are counted as if they kept growing (stepping has their blocks back: as many free).
+        firsts, bs = stretch.decode_firsts, self.bm.block_size
+        need = self._prompt_blocks_after(stretch, pending)[0] + self.bm.blocks_for(new_chunk)
+        reserve = self.num_watermark_blocks()
+        # Even if every decoder took its most blocks (the usual case: plenty free), else counted.
+        if not self.bm.can_allocate(len(firsts) * ((num_steps + 1) // bs + 1) + need, reserve=reserve) \
+                and not self.bm.can_allocate(blocks_taken_by(firsts, num_steps + 1, bs) + need, reserve=reserve):
             return None
         # A request that arrives before this step would join it where there is room (none could
         # join the steps before: the queue waits, see _prefill_stretch).
         return Stretch(num_steps + 1, stretch.decoders, stretch.decode_ids, stretch.decode_firsts,
                        stretch.decode_context, stretch.steps_to_finish, prompt, chunk, stretch.prefill_context,
-                       tail=tail, admits=stretch.admits, newcomer=newcomer, newcomer_chunk=new_chunk,
-                       arrivals_wait=not has_room)
+                       tail=tail, chunk_cap=stretch.chunk_cap, admits=stretch.admits, newcomer=newcomer,
+                       newcomer_chunk=new_chunk, remaining=remaining, arrivals_wait=not has_room)
 
     def _chunks_past_finishes(self, stretch: Stretch, pending: int) -> tuple[int, int]:
         """(steps before the one that completes the prompt, its chunk) in a stretch whose chunk

@@ -228,14 +228,18 @@ class StretchMixin:
     def _blocks_after(self, stretch: Stretch, pending: int) -> tuple[int, list[int], int]:
         """What a prefill stretch's steps, and its prompt's `pending` positions, leave to the block
         manager: blocks taken, then each decoder's and the prompt's next new-block step."""
-        prompt, bs = stretch.prefill, self.bm.block_size
-        assert prompt is not None
-        taken, firsts = after_storing_each(stretch.decode_firsts, stretch.num_steps, bs)
-        if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
-            prompt_taken, prompt_after = self._blocks_on_admission(prompt, pending)
-        else:
-            prompt_taken, prompt_after = after_storing(self.bm.first_new_block_steps([prompt.request_id])[0], pending, bs)
+        taken, firsts = after_storing_each(stretch.decode_firsts, stretch.num_steps, self.bm.block_size)
+        prompt_taken, prompt_after = self._prompt_blocks_after(stretch, pending)
         return taken + prompt_taken, firsts, prompt_after
+
+    def _prompt_blocks_after(self, stretch: Stretch, pending: int) -> tuple[int, int]:
+        """Blocks a prefill stretch's prompt takes for its `pending` positions, and its next
+        new-block step then."""
+        prompt = stretch.prefill
+        assert prompt is not None
+        if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
+            return self._blocks_on_admission(prompt, pending)
+        return after_storing(self.bm.first_new_block_steps([prompt.request_id])[0], pending, self.bm.block_size)
 
     def _blocks_on_admission(self, request: Request, num_positions: int) -> tuple[int, int]:
         """Blocks a request admitted now holds once its first `num_positions` positions are

@@ -27,6 +27,8 @@ def after_storing(first: int, num_positions: int, block_size: int) -> tuple[int,
 def blocks_taken_by(firsts: list[int], num_positions: int, block_size: int) -> int:
     """New blocks taken once each request (next new block at `firsts`) stores `num_positions`
     more positions: after_storing's first element, summed."""
+    if num_positions <= block_size:  # at most one each (firsts are >= 1): counted in C
+        return sum(map(ge, repeat(num_positions), firsts))
     return sum([(num_positions - first) // block_size + 1 for first in firsts if first <= num_positions])
 
 

@@ -442,7 +442,10 @@ def _prompt_tokens(part: Stretch, num_steps: int, completes: bool) -> int | tupl
     """The prompt positions of a run's steps, as a step-log column entry (see StepLog.add_run):
     one chunk for every step, (every step's but the last, the last's), or each step's."""
     if part.chunk_cap and part.has_departures(num_steps):
-        return part.step_chunks(num_steps)  # the chunk grows at finishes
+        chunks = part.step_chunks(num_steps)  # the chunk grows at finishes
+        if part.admits_newcomer(num_steps):
+            chunks[-1] += part.newcomer_chunk
+        return chunks
     if completes:
         return part.chunk, part.tail + part.newcomer_chunk * part.admits_newcomer(num_steps)
     return part.chunk

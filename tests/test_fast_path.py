@@ -321,6 +321,40 @@ def test_prompt_chunks_run_past_finishes(monkeypatch, budget):
     assert tails == set(range(1, 17))
 
 
+@pytest.mark.parametrize("seats,budget", [(128, 16), (5, 40)])
+def test_prompt_chunks_run_past_finishes_while_a_queue_waits(monkeypatch, seats, budget):
+    """Requests 5 and 6 wait while request 4's prompt is chunked beside four decoders that
+    finish one by one. Where the step budget is at most a chunk (16 of 16), each step's chunk
+    takes what the decodes leave, so no finish lets a waiting request in before the last
+    chunk: the run goes on past them, and its last step may admit request 5 beside the last
+    chunk, in the room the finished decoders left. Where seats limit admission instead (5, with
+    a budget of 40), a finish frees one, and the next step admits: runs stop at finishes.
+    Tables equal stepping's."""
+    applied = _spy_parts(monkeypatch)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    num_joined = 0
+    for prompt_len in range(40, 80):
+        applied.clear()
+        requests = [req(0, 0.0, 4, 3), req(1, 0.0, 4, 5), req(2, 0.0, 4, 6), req(3, 0.0, 4, 9),
+                    req(4, 0.001, prompt_len, 5), req(5, 0.002, 6, 4), req(6, 0.003, 20, 3)]
+        _, steps = _both_paths_equal(requests, "chunked_prefill", cost, num_blocks=200, block_size=4,
+                                     chunk_size=16, max_num_batched_tokens=budget, max_num_seqs=seats)
+        past = [(stretch, taken) for stretch, taken in applied
+                if stretch.prefill is not None and stretch.arrivals_wait and stretch.has_departures(taken)]
+        assert bool(past) == (budget <= 16)
+        for stretch, taken in past:
+            assert stretch.prefill.request_id == 4 and stretch.chunk_cap == 16
+            assert sum(stretch.step_chunks(taken)) == stretch.prompt_positions(taken)
+            if stretch.reaches_tail(taken) and stretch.admits_newcomer(taken):
+                num_joined += 1
+                assert stretch.newcomer.request_id == 5
+                # The last step: every decoder that did not finish before it, both prompts' chunks.
+                survivors = sum(left >= taken for left in stretch.remaining)
+                assert stretch.tail + stretch.newcomer_chunk + survivors <= budget
+        assert steps["num_prefill_tokens"].sum() == 4 * 4 + prompt_len + 6 + 20
+    assert (num_joined > 0) == (budget <= 16)
+
+
 def test_the_decodes_after_a_run_are_planned_only_when_it_reaches_them(monkeypatch):
     """A run that an arrival cuts before its first part ends never plans the decode-only part
     that would follow it (its `plan_then` is left unused)."""
