@@ -17,7 +17,7 @@ from policies.base import BasePolicy
 from policies.budget import StepBudget
 from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
 from policies.stretch import Stretch
-from simcore.decode_blocks import blocks_taken_by
+from simcore.decode_blocks import decode_blocks_fit
 from simcore.request import Request, Status
 
 
@@ -230,12 +230,9 @@ class ChunkedPrefillPolicy(BasePolicy):
         # Blocks: the decodes' in all these steps, the prompt's, then the newcomer's, which
         # admission takes only while the watermark stays free. Decoders that finished before
         # are counted as if they kept growing (stepping has their blocks back: as many free).
-        firsts, bs = stretch.decode_firsts, self.bm.block_size
         need = self._prompt_blocks_after(stretch, pending)[0] + self.bm.blocks_for(new_chunk)
-        reserve = self.num_watermark_blocks()
-        # Even if every decoder took its most blocks (the usual case: plenty free), else counted.
-        if not self.bm.can_allocate(len(firsts) * ((num_steps + 1) // bs + 1) + need, reserve=reserve) \
-                and not self.bm.can_allocate(blocks_taken_by(firsts, num_steps + 1, bs) + need, reserve=reserve):
+        free = self.bm.num_free_blocks - need - self.num_watermark_blocks()
+        if not decode_blocks_fit(stretch.decode_firsts, num_steps + 1, self.bm.block_size, free):
             return None
         # A request that arrives before this step would join it where there is room (none could
         # join the steps before: the queue waits, see _prefill_stretch).
@@ -276,9 +273,7 @@ class ChunkedPrefillPolicy(BasePolicy):
 
         def fits(num_steps: int) -> bool:
             prompt_blocks = self.bm.num_new_blocks_needed(prefill.request_id, min(positions(num_steps), pending))
-            if len(firsts) * (num_steps // bs + 1) + prompt_blocks <= free:
-                return True
-            return blocks_taken_by(firsts, num_steps, bs) + prompt_blocks <= free
+            return decode_blocks_fit(firsts, num_steps, bs, free - prompt_blocks)
 
         if fits(limit):
             return limit

@@ -32,6 +32,15 @@ def blocks_taken_by(firsts: list[int], num_positions: int, block_size: int) -> i
     return sum([(num_positions - first) // block_size + 1 for first in firsts if first <= num_positions])
 
 
+def decode_blocks_fit(firsts: list[int], num_positions: int, block_size: int, free: int) -> bool:
+    """Whether the new blocks each request (next new block at `firsts`) takes to store
+    `num_positions` more positions fit in `free`: first against the most they could take (plenty
+    free: the usual case, no pass over them), else counted."""
+    if len(firsts) * (num_positions // block_size + 1) <= free:
+        return True
+    return blocks_taken_by(firsts, num_positions, block_size) <= free
+
+
 def after_storing_each(firsts: list[int], num_positions: int, block_size: int) -> tuple[int, list[int]]:
     """after_storing for many requests at once: (blocks taken in all, each one's next first)."""
     if num_positions == 0:  # a run of no steps before a prompt's last chunk

@@ -9,6 +9,7 @@ from simcore.decode_blocks import (
     after_storing,
     after_storing_each,
     blocks_taken_by,
+    decode_blocks_fit,
     max_steps_within,
 )
 
@@ -60,3 +61,15 @@ def test_many_requests_at_once_match_one_at_a_time(block_size, firsts, num_posit
     each = [after_storing(first, num_positions, block_size) for first in firsts]
     assert after_storing_each(firsts, num_positions, block_size) == (sum(n for n, _ in each), [f for _, f in each])
     assert blocks_taken_by(firsts, num_positions, block_size) == _needed(firsts, block_size, num_positions)
+
+
+@settings(max_examples=300, deadline=None)
+@given(block_size=st.integers(1, 20), offsets=st.lists(st.integers(0, 19), max_size=12), num_blocks=st.integers(0, 3),
+       extra=st.integers(0, 19), slack=st.integers(-3, 3))
+def test_decode_blocks_fit_when_just_enough_are_free(block_size, offsets, num_blocks, extra, slack):
+    """Free blocks around what the decodes need (a few short, just enough, a few to spare),
+    with next new blocks within a block (allocated as needed: the usual case)."""
+    firsts = [offset % block_size + 1 for offset in offsets]
+    num_positions = num_blocks * block_size + extra % block_size
+    needed = _needed(firsts, block_size, num_positions)
+    assert decode_blocks_fit(firsts, num_positions, block_size, needed + slack) == (slack >= 0)
