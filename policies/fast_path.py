@@ -8,7 +8,7 @@ costs a handful of fast passes over the batch and a few calls, whatever its leng
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import add, attrgetter, ge, sub
+from operator import add, attrgetter, ge, itemgetter, sub
 from typing import Any
 
 from policies.stretch import DecoderCarry, Stretch
@@ -134,6 +134,44 @@ class StretchMixin:
             to_finish = min(to_finish, stretch.steps_to_finish - num_steps)
         return DecoderCarry([*stretch.decoders, prompt], [*stretch.decode_ids, prompt.request_id],
                             stretch.decode_context + num_steps * n + prompt.num_processed, to_finish)
+
+    def _survivors_after(self, stretch: Stretch, num_steps: int, completes: bool, num_done: int) -> DecoderCarry | None:
+        """`_decoders_after` for a run in which `num_done` requests finished: its decoders that
+        did not (and its prompt if completed), where the run knew each one's steps left (it ran
+        past finishes) and every request that finished was one of them. Under load the batch
+        is large and a run ends past some finish more often than not: the next plan need not
+        read the batch again. None otherwise."""
+        remaining = stretch.remaining
+        if remaining is None:
+            return None
+        # Those that left, the first in finish order, when every request that finished was one.
+        # (Only their finish steps and places are read: where none left before the last step,
+        # the departures are worked out only now, after the run advanced their contexts.)
+        departures = stretch.departures()
+        gone = departures[:num_done]
+        if len(gone) < num_done or gone[-1][0] > num_steps or \
+                (len(departures) > num_done and departures[num_done][0] <= num_steps):
+            return None  # the prompt finished too (its first output was its last)
+        # Copies less the few that left: under load the batch is large and few leave in a run.
+        # Every decoder was advanced num_steps, and one that left set back to its finish step.
+        requests, ids, left = list(stretch.decoders), list(stretch.decode_ids), list(remaining)
+        context = stretch.decode_context + num_steps * len(requests)
+        for finish_step, index, _ in sorted(gone, key=itemgetter(1), reverse=True):
+            context -= requests[index].num_processed + num_steps - finish_step
+            del requests[index], ids[index], left[index]
+        if completes:
+            # The prompt decodes after them (it comes next in the batch: see _decoders_after).
+            prompt = stretch.prefill
+            assert prompt is not None
+            if self.running[len(stretch.decoders)] is not prompt:
+                return None
+            requests.append(prompt)
+            ids.append(prompt.request_id)
+            left.append(prompt.num_target_outputs - prompt.num_outputs + num_steps)
+            context += prompt.num_processed
+        if not requests:
+            return None
+        return DecoderCarry(requests, ids, context, min(left) - num_steps, left, num_steps)
 
     @staticmethod
     def _steps_left(decoders: list[Request], carry: DecoderCarry | None) -> list[int]:
@@ -369,8 +407,10 @@ class StretchMixin:
         self._after_decode_steps()
         # A request that decodes from this run's end on without being among its decoders (a
         # newcomer whose whole prompt ran) is not in the carry: none then.
-        if done or (newcomer is not None and still_prefilling is not newcomer):
+        if newcomer is not None and still_prefilling is not newcomer:
             self._carry = None
+        elif done:
+            self._carry = self._survivors_after(stretch, num_steps, completes, len(done))
         else:
             self._carry = self._decoders_after(stretch, num_steps, completes)
         return self._retire(done, still_prefilling)

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, le
 
 import numpy as np
 
@@ -72,8 +73,10 @@ class Stretch:
     # engine's step records count on it). Under load, where a queue builds up, arrivals come
     # every step or two.
     arrivals_wait: bool = False
-    # Departures in finish order, worked out when first needed (see `departures`).
+    # Departures in finish order, worked out when first needed (see `departures`), and the
+    # stretch length they cover.
     _sorted: list[tuple[int, int, int]] | None = None
+    _sorted_upto: int = 0
 
     @property
     def newcomer_selects(self) -> bool:
@@ -170,6 +173,7 @@ class Stretch:
         covering the first `num_steps` steps of a run with departures, one per span between
         finishes (and one with none left, when a prompt's chunks go on after every decoder
         finished)."""
+        assert num_steps <= self.num_steps, "departures cover the stretch's steps only"
         done = self.steps_to_finish  # steps yielded so far
         num_active, context = len(self.decoders), self.decode_context
         yield done, num_active, context
@@ -182,20 +186,25 @@ class Stretch:
                     return
             num_active -= 1
             context -= leaving_context
-        if done < num_steps:
-            yield num_steps - done, 0, 0
+        if done < num_steps:  # decoders that finish after the stretch, if any, stay to its end
+            yield num_steps - done, num_active, context + done * num_active if num_active else 0
 
     def departures(self) -> list[tuple[int, int, int]]:
-        """(finish step, batch index, context before the run) of every decoder, in finish order
-        (batch order within a step). Worked out when first needed (many runs end, cut by an
-        arrival, before their first finish), which must be before the run is applied: the
-        contexts are read from the requests. Pricing past the first finish, `stretch_run_counts`
-        and the ITL pass of `apply_stretch` all come first."""
-        if self._sorted is None:
-            assert self.remaining is not None
+        """(finish step, batch index, context before the run) of every decoder that finishes
+        within the stretch's steps, in finish order (batch order within a step): the rest stay
+        to its end. Worked out when first needed (many runs end, cut by an arrival, before
+        their first finish), which must be before the run is applied: the contexts are read
+        from the requests. Pricing past the first finish, `stretch_run_counts` and the ITL pass
+        of `apply_stretch` all come first."""
+        if self._sorted is None or self.num_steps > self._sorted_upto:
+            remaining = self.remaining
+            assert remaining is not None
             contexts = self.decode_contexts if self.decode_contexts is not None else map(_num_processed_of, self.decoders)
+            leaving = zip(remaining, range(len(remaining)), contexts)
+            # Under load most of a large batch outlasts a run: sort only those that leave in it.
             # (finish step, index) pairs are distinct: contexts are never compared.
-            self._sorted = sorted(zip(self.remaining, range(len(self.remaining)), contexts))
+            self._sorted = sorted(compress(leaving, map(le, remaining, repeat(self.num_steps))))
+            self._sorted_upto = self.num_steps
         return self._sorted
 
     def run_shape(self) -> RunShape:

@@ -435,6 +435,33 @@ def test_runs_carry_their_decoders_to_the_next_plan(monkeypatch, name, opts):
     assert any(used) and any(checked)
 
 
+@pytest.mark.parametrize("name,opts,seed", [("continuous", {}, 1), ("chunked_prefill", {"chunk_size": 16}, 0)])
+def test_runs_with_finishes_carry_the_decoders_left(monkeypatch, name, opts, seed):
+    """A run in which some decoders finished leaves the others (and its prompt, when it
+    completed) for the next plan: made from the run's own figures, less those that left, and
+    compared with the batch by the invariant check after every run; results equal stepping's."""
+    from policies.fast_path import StretchMixin
+
+    survivors_after = StretchMixin._survivors_after
+    made = []
+
+    def spy(self, stretch, num_steps, completes, num_done):
+        carry = survivors_after(self, stretch, num_steps, completes, num_done)
+        if carry is not None:
+            made.append((num_done, completes))
+        return carry
+
+    monkeypatch.setattr(StretchMixin, "_survivors_after", spy)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    (_, slow_requests, slow_steps), (_, fast_requests, fast_steps) = run_both(
+        workload(seed, content=False), name, opts, cost=cost, caching=False)
+    pd.testing.assert_frame_equal(slow_requests, fast_requests, check_exact=True)
+    pd.testing.assert_frame_equal(slow_steps, fast_steps, check_exact=True)
+    assert made and any(num_done > 1 for num_done, _ in made)
+    if name == "chunked_prefill":
+        assert any(completes for _, completes in made)
+
+
 def test_a_wrong_carry_fails_the_invariant_check(monkeypatch):
     from policies.fast_path import StretchMixin
 
