@@ -104,8 +104,9 @@ class ChunkedPrefillPolicy(BasePolicy):
         (no step before the last chunk's has room for a waiting request): the batch shrinks
         and, where the chunk is the budget left beside the decodes, grows (`Stretch.chunk_cap`).
         A request waiting for the last chunk's step joins it with its first chunk (`newcomer`).
-        Only where block ids carry no meaning (no prefix cache, no host tier).
-        """
+        A recompute after a preemption runs as a first prefill, but for a last chunk of one
+        position (a step counts it as a decode). Only where block ids carry no meaning (no
+        prefix cache, no host tier)."""
         stretch = super().plan_stretch()
         if stretch is not None or self.order != "stall_free" or self.swapped:
             return stretch
@@ -130,22 +131,26 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None
         num_waiting = len(self.waiting) - (1 if admits else 0)
         pending = prefill.num_tokens - prefill.num_processed
+        # A recompute (of prompt and outputs, after a preemption) runs as a first prefill does,
+        # except that a chunk of one position past the prompt, its last one at most, is counted
+        # as a decode by a step: that chunk is left to stepping (one-position chunks are not
+        # taken at all).
         recompute = prefill.num_outputs > 0
+        if recompute and chunk == 1:
+            return None
         # The last chunk is all that is left, and a request waits to join its step: that step
         # alone, planned below (its own checks decide who else could join).
-        last_chunk_only = num_waiting > 0 and pending <= chunk and not recompute and not admits
+        last_chunk_only = num_waiting > 0 and pending <= chunk and not admits and not (recompute and pending == 1)
         if num_waiting and chunk < budget_left and len(decoders) + 1 < self.options.max_num_seqs \
                 and not last_chunk_only:
             return None  # budget left beside the chunk: a waiting request could be admitted
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
-        # With nothing waiting, the step of that last chunk is certain too: nothing joins it. Only
-        # for a first prefill: a recompute's last chunk may be one position past the prompt,
-        # which a step counts as a decode (so would one-position chunks; they are not taken).
-        if recompute and (chunk == 1 or admits):
-            return None
-        tail = 0 if num_waiting or recompute else pending - num_steps * chunk
+        # With nothing waiting, the step of that last chunk is certain too: nothing joins it.
+        tail = 0 if num_waiting else pending - num_steps * chunk
+        if recompute and tail == 1:
+            tail = 0
         total = num_steps + (1 if tail else 0)
-        if (total < 1 and not last_chunk_only) or prefill.request_id in self._preempted_at:
+        if total < 1 and not last_chunk_only:
             return None
         carry = self._carried(decoders)
         if carry is not None:
@@ -188,9 +193,9 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None
         if limit < total:
             stretch.num_steps, stretch.tail = limit, 0
-        if stretch.tail and (to_finish > limit or stretch.remaining) and prefill.num_target_outputs > 1:
+        if stretch.tail and (to_finish > limit or stretch.remaining) and prefill.num_target_outputs > prefill.num_outputs + 1:
             stretch.plan_then = partial(self._decodes_after_prompt, pending=pending)
-        elif num_waiting and not recompute and limit == total and (to_finish > limit or stretch.remaining):
+        elif num_waiting and limit == total and (to_finish > limit or stretch.remaining):
             # Its decoders are those of the steps before: one part, not a part of one step after it.
             return self._last_chunk_with_newcomer(stretch, pending) or stretch
         return stretch
@@ -213,14 +218,16 @@ class ChunkedPrefillPolicy(BasePolicy):
         num_steps, prompt, chunk = stretch.num_steps, stretch.prefill, stretch.chunk
         assert prompt is not None
         newcomer = self.waiting[1 if stretch.admits else 0]
-        if newcomer.num_outputs or newcomer.request_id in self._preempted_at or self.options.admission == "reserve":
-            return None  # a recompute; or admission that reserves every block up front
+        if self.options.admission == "reserve":
+            return None  # admission that reserves every block up front
         # The decoders in that step: those that did not finish in the steps before.
         remaining = stretch.remaining
         num_decodes = len(stretch.decoders) if remaining is None else sum(left > num_steps for left in remaining)
         if num_decodes + 2 > self.options.max_num_seqs:
             return None
         tail = pending - stretch.prompt_positions(num_steps)
+        if tail == 1 and prompt.num_outputs:
+            return None  # a recompute's last position alone: a step counts it as a decode
         room = self.options.max_num_batched_tokens - num_decodes - tail
         new_chunk = min(newcomer.num_tokens, self.chunk_size, room)
         num_others = len(self.waiting) - (2 if stretch.admits else 1)

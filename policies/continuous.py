@@ -83,9 +83,9 @@ class ContinuousPolicy(BasePolicy):
         asks for are free and the next waiting request, if any, cannot join it; then, when
         nothing else waits, the decode-only steps that follow."""
         running = self.running
-        # Not a recompute: its admission ends a preemption (`_note_resumed`) and its first
-        # output after it is a gap, which a run's admitted request does not account for.
-        if head.num_outputs or head.request_id in self._preempted_at or len(running) >= self.options.max_num_seqs:
+        # The head may be a recompute (prompt and outputs, after a preemption): admitted whole
+        # the same way (see `_apply_newcomer`).
+        if len(running) >= self.options.max_num_seqs:
             return None
         prompt = head.num_tokens
         watermark = self.num_watermark_blocks()
@@ -102,7 +102,7 @@ class ContinuousPolicy(BasePolicy):
                           steps_to_finish=1, newcomer=head, newcomer_chunk=prompt)
         # While others wait, the next step tries to admit the next of them: no decode run is
         # certain after this step.
-        if head.num_target_outputs > 1 and not others_wait:
+        if head.num_target_outputs > head.num_outputs + 1 and not others_wait:
             stretch.plan_then = partial(self._decodes_after_admission, carry=carry)
         return stretch
 
@@ -133,7 +133,7 @@ class ContinuousPolicy(BasePolicy):
         taken, head_first = self._blocks_on_admission(head, head.num_tokens)
         ids = carry.ids if carry is not None else request_ids(running)
         remaining = self._steps_left(running, carry)
-        remaining.append(head.num_target_outputs - 1)
+        remaining.append(head.num_target_outputs - head.num_outputs - 1)  # its output in that step
         # The running requests did not advance in the admission step.
         contexts = [*map(num_processed_of, running), head.num_tokens]
         return self._decodes_joined([*running, head], [*ids, head.request_id],

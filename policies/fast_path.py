@@ -7,6 +7,7 @@ costs a handful of fast passes over the batch and a few calls, whatever its leng
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from itertools import compress, repeat
 from operator import add, attrgetter, ge, itemgetter, sub
 from typing import Any
@@ -52,6 +53,8 @@ class StretchMixin:
     _select_output: Any
     _admit: Any
     _num_known_decoding: int
+    _preempted_at: dict[int, tuple[float, int, str]]
+    _note_resumed: Any
     # Set by the engine: nothing outside the policy needs a run to stop at a finish.
     run_past_finishes: bool = False
     # What the last run left of its decoders (see `_carried`); dropped by anything else that
@@ -245,7 +248,7 @@ class StretchMixin:
             decoders, ids, firsts, remaining, contexts = (
                 [column[index] for index in stay] for column in (decoders, ids, firsts, remaining, contexts))
         firsts.append(prompt_first)
-        remaining.append(prompt.num_target_outputs - 1)
+        remaining.append(prompt.num_target_outputs - prompt.num_outputs - 1)  # its output in the tail's step
         contexts.append(prompt.num_processed + pending)
         return self._decodes_joined([*decoders, prompt], [*ids, prompt.request_id], firsts, remaining,
                                     contexts, self.bm.num_free_blocks - taken)
@@ -388,6 +391,8 @@ class StretchMixin:
             self.bm.append(prefill.request_id, processed)
             prefill.num_processed += processed
             self.num_resident_tokens += processed
+            if self._preempted_at and prefill.request_id in self._preempted_at:
+                self._resumed_in(stretch, num_steps, step_ends)
             if completes:
                 gaps = []
                 self._select_output(prefill, step_ends[-1], gaps)
@@ -415,6 +420,18 @@ class StretchMixin:
             self._carry = self._decoders_after(stretch, num_steps, completes)
         return self._retire(done, still_prefilling)
 
+    def _resumed_in(self, stretch: Stretch, num_steps: int, step_ends: list[float]) -> None:
+        """The prompt of a stretch that was preempted: once a step brings it back where it was,
+        the time since is charged at that step's end (as `complete` does each step)."""
+        prompt = stretch.prefill
+        assert prompt is not None
+        target = self._preempted_at[prompt.request_id][1]
+        before = prompt.num_processed - stretch.prompt_positions(num_steps)
+        # The first of the steps whose chunks, added up, reach it (prompt_positions grows).
+        step = bisect_left(range(1, num_steps + 1), target - before, key=stretch.prompt_positions)
+        if step < num_steps:
+            self._note_resumed(prompt, step_ends[step])
+
     def _apply_admission_step(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """apply_stretch for a step that only admits its newcomer (continuous batching's
         prefill-only step): no decodes, no prompt chunk, nothing for the next plan to carry."""
@@ -429,17 +446,23 @@ class StretchMixin:
         """The newcomer's first chunk, run in the stretch's last step (ending at `end`; admitted by
         then), and its first output when that chunk is its whole prompt (a finished request goes
         to `done`). Returns whether it is still prefilling. (No prefix-cache blocks to register:
-        stretches with a newcomer are planned only without a prefix cache.)"""
+        stretches with a newcomer are planned only without a prefix cache.) A recompute, back
+        after a preemption, may be back where it was by then, and its output after the ones it
+        had is a gap."""
         newcomer = stretch.newcomer
         assert newcomer is not None
         chunk = stretch.newcomer_chunk
         self.bm.append(newcomer.request_id, chunk)
         newcomer.num_processed += chunk
         self.num_resident_tokens += chunk
+        if self._preempted_at and newcomer.request_id in self._preempted_at:
+            self._note_resumed(newcomer, end)
         if newcomer.num_processed != newcomer.num_tokens:
             return True
-        # A first admission (never a recompute): its first output leaves no gap to record.
-        self._select_output(newcomer, end, [])
+        gaps: list[float] = []
+        self._select_output(newcomer, end, gaps)
+        if gaps:
+            self.itl.add_gaps(gaps)
         if newcomer.is_finished:
             done.append(newcomer)
         return False

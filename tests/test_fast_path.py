@@ -462,6 +462,40 @@ def test_runs_with_finishes_carry_the_decoders_left(monkeypatch, name, opts, see
         assert any(completes for _, completes in made)
 
 
+@pytest.mark.parametrize("name,seed,budget", [("chunked_prefill", 0, 16), ("chunked_prefill", 10, 96),
+                                               ("continuous", 0, 96)])
+def test_recomputes_run_on_the_fast_path(monkeypatch, name, seed, budget):
+    """After a preemption for recompute, the victim's readmission, its chunks of prompt and
+    outputs and its last chunk (with the decodes after it, or a newcomer beside it), or under
+    continuous batching the step that admits it whole, are runs too; the time since the
+    preemption is charged at the step that brings it back where it was, its next output is a
+    gap, and every table, the gaps and the recompute delays equal stepping's."""
+    from policies.fast_path import StretchMixin
+
+    seen = set()
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        prompt, newcomer, num_steps = stretch.prefill, stretch.newcomer, len(step_ends)
+        if prompt is not None and prompt.request_id in self._preempted_at and prompt.num_outputs:
+            seen.update({"admitted"} if stretch.admits else set())
+            seen.update({"last chunk"} if stretch.reaches_tail(num_steps) else set())
+        if newcomer is not None and stretch.admits_newcomer(num_steps) and newcomer.num_outputs:
+            seen.add("whole newcomer" if stretch.newcomer_selects else "newcomer")
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    options = {"chunk_size": 16} if name == "chunked_prefill" else {}
+    fast, _ = _both_paths_equal(workload(seed, content=False), name, cost, num_blocks=24, block_size=4,
+                                max_num_seqs=12, max_num_batched_tokens=budget, **options)
+    expected = {"continuous": {"whole newcomer"}, "chunked_prefill": {"admitted", "last chunk"}}[name]
+    if name == "chunked_prefill" and budget == 16:  # a queue waits: the last chunk's step admits the next
+        expected = expected | {"newcomer"}
+    assert expected <= seen
+    assert (request_frame(fast.requests)["recompute_delay_s"] > 0).any()
+
+
 def test_a_wrong_carry_fails_the_invariant_check(monkeypatch):
     from policies.fast_path import StretchMixin
 
