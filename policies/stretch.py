@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import attrgetter, le
+from operator import attrgetter, le, sub
 
 import numpy as np
 
@@ -229,7 +229,7 @@ class DecoderCarry:
     def steps_left(self) -> list[int] | None:
         if self.remaining is None:
             return None
-        return [r - self.steps_taken for r in self.remaining]
+        return list(map(sub, self.remaining, repeat(self.steps_taken)))
 
 
 def run_aggregates(shape: RunShape, num_steps: int) -> tuple:

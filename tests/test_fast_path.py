@@ -435,7 +435,8 @@ def test_runs_carry_their_decoders_to_the_next_plan(monkeypatch, name, opts):
     assert any(used) and any(checked)
 
 
-@pytest.mark.parametrize("name,opts,seed", [("continuous", {}, 1), ("chunked_prefill", {"chunk_size": 16}, 0)])
+@pytest.mark.parametrize("name,opts,seed", [("continuous", {}, 0), ("chunked_prefill", {"chunk_size": 16}, 0),
+                                            ("chunked_prefill", {"chunk_size": 16}, 1)])
 def test_runs_with_finishes_carry_the_decoders_left(monkeypatch, name, opts, seed):
     """A run in which some decoders finished leaves the others (and its prompt, when it
     completed) for the next plan: made from the run's own figures, less those that left, and
@@ -444,6 +445,7 @@ def test_runs_with_finishes_carry_the_decoders_left(monkeypatch, name, opts, see
 
     survivors_after = StretchMixin._survivors_after
     made = []
+    monkeypatch.setattr("policies.fast_path.MIN_BATCH_CARRIED_PAST_FINISHES", 1)  # batches of a dozen here
 
     def spy(self, stretch, num_steps, completes, num_done):
         carry = survivors_after(self, stretch, num_steps, completes, num_done)
