@@ -25,6 +25,11 @@ from simcore.plan import RunShape
 from simcore.request import Request
 
 _num_processed_of = attrgetter("num_processed")
+# Decoders from which a stretch sorts only those that finish within it: in a smaller batch the
+# pass that picks them costs more than it saves (measured on the 10k reference runs: about 1%
+# slower under continuous batching, whose runs past finishes see nearly every decoder finish;
+# 3% faster under chunked prefill at twice the rate, with batches of 64 to 100).
+MIN_BATCH_SORTED_IN_PART = 64
 
 
 @dataclass(slots=True)
@@ -190,9 +195,9 @@ class Stretch:
             yield num_steps - done, num_active, context + done * num_active if num_active else 0
 
     def departures(self) -> list[tuple[int, int, int]]:
-        """(finish step, batch index, context before the run) of every decoder that finishes
-        within the stretch's steps, in finish order (batch order within a step): the rest stay
-        to its end. Worked out when first needed (many runs end, cut by an arrival, before
+        """(finish step, batch index, context before the run) of every decoder, in finish order
+        (batch order within a step); in a large batch, of those that finish within the
+        stretch's steps only (the rest stay to its end). Worked out when first needed (many runs end, cut by an arrival, before
         their first finish), which must be before the run is applied: the contexts are read
         from the requests. Pricing past the first finish, `stretch_run_counts` and the ITL pass
         of `apply_stretch` all come first."""
@@ -201,9 +206,11 @@ class Stretch:
             assert remaining is not None
             contexts = self.decode_contexts if self.decode_contexts is not None else map(_num_processed_of, self.decoders)
             leaving = zip(remaining, range(len(remaining)), contexts)
-            # Under load most of a large batch outlasts a run: sort only those that leave in it.
             # (finish step, index) pairs are distinct: contexts are never compared.
-            self._sorted = sorted(compress(leaving, map(le, remaining, repeat(self.num_steps))))
+            if len(remaining) < MIN_BATCH_SORTED_IN_PART:
+                self._sorted = sorted(leaving)
+            else:  # under load most of a large batch outlasts a run: sort only those that leave in it
+                self._sorted = sorted(compress(leaving, map(le, remaining, repeat(self.num_steps))))
             self._sorted_upto = self.num_steps
         return self._sorted
 

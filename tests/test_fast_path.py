@@ -440,12 +440,15 @@ def test_runs_carry_their_decoders_to_the_next_plan(monkeypatch, name, opts):
 def test_runs_with_finishes_carry_the_decoders_left(monkeypatch, name, opts, seed):
     """A run in which some decoders finished leaves the others (and its prompt, when it
     completed) for the next plan: made from the run's own figures, less those that left, and
-    compared with the batch by the invariant check after every run; results equal stepping's."""
+    compared with the batch by the invariant check after every run; results equal stepping's.
+    Both this and sorting only the decoders that leave within a stretch are for large batches:
+    here every batch counts as large."""
     from policies.fast_path import StretchMixin
 
     survivors_after = StretchMixin._survivors_after
     made = []
     monkeypatch.setattr("policies.fast_path.MIN_BATCH_CARRIED_PAST_FINISHES", 1)  # batches of a dozen here
+    monkeypatch.setattr("policies.stretch.MIN_BATCH_SORTED_IN_PART", 1)
 
     def spy(self, stretch, num_steps, completes, num_done):
         carry = survivors_after(self, stretch, num_steps, completes, num_done)
