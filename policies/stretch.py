@@ -192,15 +192,15 @@ class Stretch:
             num_active -= 1
             context -= leaving_context
         if done < num_steps:  # decoders that finish after the stretch, if any, stay to its end
-            yield num_steps - done, num_active, context + done * num_active if num_active else 0
+            yield num_steps - done, num_active, (context + done * num_active) if num_active else 0
 
     def departures(self) -> list[tuple[int, int, int]]:
         """(finish step, batch index, context before the run) of every decoder, in finish order
         (batch order within a step); in a large batch, of those that finish within the
-        stretch's steps only (the rest stay to its end). Worked out when first needed (many runs end, cut by an arrival, before
-        their first finish), which must be before the run is applied: the contexts are read
-        from the requests. Pricing past the first finish, `stretch_run_counts` and the ITL pass
-        of `apply_stretch` all come first."""
+        stretch's steps only (the rest stay to its end). Worked out when first needed (many
+        runs end, cut by an arrival, before their first finish), which must be before the run
+        is applied: the contexts are read from the requests. Pricing past the first finish,
+        `stretch_run_counts` and the ITL pass of `apply_stretch` all come first."""
         if self._sorted is None or self.num_steps > self._sorted_upto:
             remaining = self.remaining
             assert remaining is not None
