@@ -450,7 +450,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
                 self._swap_out(victim, table)
                 return
         self.bm.free(victim.request_id)
-        self._preempted_at[victim.request_id] = (self._now, victim.num_processed, "recompute")
+        self._mark_preempted(victim, "recompute")
         victim.num_recomputed_tokens += victim.num_processed
         victim.num_processed = 0
         victim.status = Status.WAITING
@@ -469,7 +469,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         victim.num_swaps += 1
         self.swapped.append(victim)
         self.num_preemptions["swap"] += 1
-        self._preempted_at[victim.request_id] = (self._now, victim.num_processed, "swap")
+        self._mark_preempted(victim, "swap")
 
     def _try_swap_in(self, request: Request, budget: StepBudget) -> bool:
         """Bring a swapped request back: fresh device blocks, host -> device copies, then run it."""
@@ -503,6 +503,13 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         while self.swapped and not budget.is_spent and len(self.running) < self.options.max_num_seqs:
             if not self._try_swap_in(self.swapped[0], budget):
                 return
+
+    def _mark_preempted(self, victim: Request, kind: str) -> None:
+        """Note when and where a preemption found `victim`, so that the time until it is back
+        there is charged to it (`_note_resumed`). A request preempted again before it got back
+        (a recompute caught part way) keeps the first: its delay runs from that preemption to
+        that position, not from the later one to the lower point it had regained."""
+        self._preempted_at.setdefault(victim.request_id, (self._now, victim.num_processed, kind))
 
     def _note_resumed(self, request: Request, now: float) -> None:
         """Charge the time from preemption until the request is back where it was."""

@@ -194,3 +194,45 @@ def test_static_padded_rows_hold_their_rectangle_until_the_group_is_done():
     assert used[:-1] == [9] * (len(used) - 1)
     policy.schedule(now)  # the next group forms: the rectangle is released
     assert policy.bm.num_used_blocks == 0
+
+
+@pytest.mark.parametrize("opts", [{"chunk_size": 8}, {"chunk_size": 8, "order": "alternate"}])
+def test_recompute_delay_runs_from_the_first_preemption_to_the_position_it_found(monkeypatch, opts):
+    """A request's recompute delay is the time from its preemption until a step brings it back to
+    the position the preemption found it at; one preempted again before it got back (a recompute
+    in chunks, caught part way) is charged once, from the first preemption to the first
+    position. Checked against an observer that follows every preemption and step of a
+    memory-starved run."""
+    from policies.base import BasePolicy
+    from simcore.request import Status
+
+    preempt, complete = BasePolicy._preempt, BasePolicy.complete
+    open_since: dict[int, tuple] = {}  # request id -> (request, preempted at, position then)
+    expected: dict[int, float] = {}
+    caught_again = []
+
+    def observe_preempt(self, victim):  # noqa: ANN001, ANN202
+        if victim.request_id in open_since:
+            caught_again.append(victim.request_id)
+        else:
+            open_since[victim.request_id] = (victim, self._now, victim.num_processed)
+        return preempt(self, victim)
+
+    def observe_complete(self, plan, now):  # noqa: ANN001, ANN202
+        done = complete(self, plan, now)
+        for request_id, (request, since, position) in list(open_since.items()):
+            if request.status is Status.RUNNING or request in done:
+                if request.num_processed >= position:
+                    expected[request_id] = expected.get(request_id, 0.0) + now - since
+                    del open_since[request_id]
+        return done
+
+    monkeypatch.setattr(BasePolicy, "_preempt", observe_preempt)
+    monkeypatch.setattr(BasePolicy, "complete", observe_complete)
+    policy = make_policy("chunked_prefill", num_blocks=24, block_size=4, max_num_seqs=12, max_num_batched_tokens=16,
+                         **opts)
+    result = simulate(pressured_workload(60, seed=3), policy, ConstantCostModel(step_s=0.01, per_token_s=1e-4),
+                      limits=RunLimits(fast_forward=False, check_invariants=True))
+    assert caught_again, "the workload should preempt some request again before it got back"
+    delays = {r.request_id: r.recompute_delay_s for r in result.requests}
+    assert delays == pytest.approx({i: expected.get(i, 0.0) for i in delays}, abs=1e-12)
