@@ -132,22 +132,22 @@ class ChunkedPrefillPolicy(BasePolicy):
         num_waiting = len(self.waiting) - (1 if admits else 0)
         pending = prefill.num_tokens - prefill.num_processed
         # A recompute (of prompt and outputs, after a preemption) runs as a first prefill does,
-        # except that a chunk of one position past the prompt, its last one at most, is counted
-        # as a decode by a step: that chunk is left to stepping (one-position chunks are not
-        # taken at all).
+        # but for a last chunk of one position (`_counted_as_decode`); it takes no one-position
+        # chunks at all.
         recompute = prefill.num_outputs > 0
         if recompute and chunk == 1:
             return None
         # The last chunk is all that is left, and a request waits to join its step: that step
         # alone, planned below (its own checks decide who else could join).
-        last_chunk_only = num_waiting > 0 and pending <= chunk and not admits and not (recompute and pending == 1)
+        last_chunk_only = num_waiting > 0 and pending <= chunk and not admits \
+            and not _counted_as_decode(prefill, pending)
         if num_waiting and chunk < budget_left and len(decoders) + 1 < self.options.max_num_seqs \
                 and not last_chunk_only:
             return None  # budget left beside the chunk: a waiting request could be admitted
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
         # With nothing waiting, the step of that last chunk is certain too: nothing joins it.
         tail = 0 if num_waiting else pending - num_steps * chunk
-        if recompute and tail == 1:
+        if _counted_as_decode(prefill, tail):
             tail = 0
         total = num_steps + (1 if tail else 0)
         if total < 1 and not last_chunk_only:
@@ -226,8 +226,8 @@ class ChunkedPrefillPolicy(BasePolicy):
         if num_decodes + 2 > self.options.max_num_seqs:
             return None
         tail = pending - stretch.prompt_positions(num_steps)
-        if tail == 1 and prompt.num_outputs:
-            return None  # a recompute's last position alone: a step counts it as a decode
+        if _counted_as_decode(prompt, tail):
+            return None
         room = self.options.max_num_batched_tokens - num_decodes - tail
         new_chunk = min(newcomer.num_tokens, self.chunk_size, room)
         num_others = len(self.waiting) - (2 if stretch.admits else 1)
@@ -301,3 +301,11 @@ class ChunkedPrefillPolicy(BasePolicy):
 
     def _is_scheduled(self, request: Request) -> bool:
         return request.request_id in self._plan.scheduled  # type: ignore[union-attr]
+
+
+def _counted_as_decode(prompt: Request, last_chunk: int) -> bool:
+    """Whether the chunk that completes `prompt` is one position past its prompt, which a step
+    counts as a decode (`ScheduledSeq.is_decode`), not as a prompt chunk as a stretch records
+    it: a recompute's (prompt and outputs, after a preemption) last position alone. Such a
+    chunk is left to stepping."""
+    return last_chunk == 1 and prompt.num_outputs > 0
