@@ -331,7 +331,16 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
 
     def _preempt_for_decodes(self, decoders: list[Request], firsts: list[int]) -> int:
         """Preempt exactly as the one-by-one loop below would when blocks are short; returns how
-        many decoders (a prefix) keep their place.
+        many decoders (a prefix) keep their place (see `_decode_victims`)."""
+        num_kept, victims = self._decode_victims(decoders, firsts)
+        for victim in victims:
+            self._preempt(victim)
+        return num_kept
+
+    def _decode_victims(self, decoders: list[Request], firsts: list[int]) -> tuple[int, list[Request]]:
+        """Who the decodes of `decoders` (next new-block steps `firsts`) preempt when blocks are
+        short, worked out without preempting: (how many decoders, a prefix, keep their place,
+        the victims in the order they go).
 
         Each decoder in turn that needs a block while none is free takes the newest running
         requests' blocks; a decoder that would be the next victim is preempted itself, and so
@@ -343,30 +352,22 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         back = len(running)
         victims: list[Request] = []
         victim_ids: set[int] = set()
-        num_kept, preempt_self = len(decoders), False
         for index, (request, first) in enumerate(zip(decoders, firsts)):
             if request.request_id in victim_ids:
-                num_kept = index  # preempted already, as is every decoder after it
-                break
+                return index, victims  # preempted already, as is every decoder after it
             if first > 1:
                 continue  # its block has room for this step's position
             while free == 0:
                 back -= 1
                 victim = running[back]
                 if victim is request:
-                    num_kept, preempt_self = index, True
-                    break
+                    victims.append(request)
+                    return index, victims
                 victims.append(victim)
                 victim_ids.add(victim.request_id)
                 free += held[victim.request_id]
-            if preempt_self:
-                break
             free -= 1
-        for victim in victims:
-            self._preempt(victim)
-        if preempt_self:
-            self._preempt(decoders[num_kept])
-        return num_kept
+        return len(decoders), victims
 
     def _add_decode_seqs(self, decoders: list[Request]) -> None:
         builder = self._plan
@@ -438,10 +439,8 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         """Take a running request off the device: swap its KV to the host, or drop it for recompute."""
         builder = self._plan
         assert builder is not None
-        self.running.remove(victim)
-        victim.num_preemptions += 1
         builder.preempted.append(victim.request_id)
-        self.num_resident_tokens -= victim.num_processed
+        self._take_off_running(victim)
         if self.options.preemption == "swap" and self.host is not None and victim.num_processed > 0:
             table = self.bm.table(victim.request_id)
             if self.host_prefix is not None:
@@ -449,6 +448,16 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             if self.host.can_hold(len(table)):
                 self._swap_out(victim, table)
                 return
+        self._drop_for_recompute(victim)
+
+    def _take_off_running(self, victim: Request) -> None:
+        self.running.remove(victim)
+        victim.num_preemptions += 1
+        self.num_resident_tokens -= victim.num_processed
+
+    def _drop_for_recompute(self, victim: Request) -> None:
+        """A victim off the running batch loses its KV: it waits at the head of the queue to be
+        computed again (prompt and outputs)."""
         self.bm.free(victim.request_id)
         self._mark_preempted(victim, "recompute")
         victim.num_recomputed_tokens += victim.num_processed

@@ -114,7 +114,12 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None
         running = self.running
         if running and running[-1].is_prefilling:
-            return self._prefill_stretch(running[-1], running[:-1])
+            prompt, decoders = running[-1], running[:-1]
+            if self._may_preempt(prompt, len(decoders)):
+                stretch = self._chunk_preempting(prompt, decoders)
+                if stretch is not None:
+                    return stretch
+            return self._prefill_stretch(prompt, decoders)
         if self.waiting and self.options.admission != "reserve":
             return self._prefill_stretch(self.waiting[0], list(running), admits=True)
         return None
@@ -199,6 +204,41 @@ class ChunkedPrefillPolicy(BasePolicy):
             # Its decoders are those of the steps before: one part, not a part of one step after it.
             return self._last_chunk_with_newcomer(stretch, pending) or stretch
         return stretch
+
+    def _may_preempt(self, prompt: Request, num_decodes: int) -> bool:
+        """Whether the next step might find too few blocks free for the decodes and `prompt`'s
+        next chunk after them (conservative: as if each decode took a block, and the chunk its
+        most)."""
+        chunk = min(prompt.num_tokens - prompt.num_processed, self.chunk_size,
+                    self.options.max_num_batched_tokens - num_decodes)
+        return num_decodes + self.bm.blocks_for(chunk) > self.bm.num_free_blocks
+
+    def _chunk_preempting(self, prompt: Request, decoders: list[Request]) -> Stretch | None:
+        """The step that preempts (`_preempting_step`), where the decodes of `decoders` (every
+        running request but `prompt`, the newest, whose prompt is in progress) find too few
+        blocks free (`_decode_victims`: `prompt` goes first), or, after them, `prompt`'s next
+        chunk does (it preempts itself, the newest, as `_schedule_running` does). None where the
+        step preempts nothing: it is planned as any other."""
+        budget_left = self.options.max_num_batched_tokens - len(decoders)
+        if not decoders or budget_left < 1 or not self.can_preempt_in_stretch():
+            return None
+        carry = self._carried(decoders)
+        if carry is not None:
+            ids, context, to_finish = carry.ids, carry.context, carry.steps_to_finish
+        else:
+            if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):
+                return None
+            ids, context, to_finish = request_ids(decoders), sum(map(num_processed_of, decoders)), None
+        firsts = self.bm.first_new_block_steps(ids)
+        free = self.bm.num_free_blocks
+        if self.bm.max_decode_steps(ids, 1, firsts) < 1:
+            num_kept, victims = self._decode_victims(decoders, firsts)
+        else:  # the decodes fit; the chunk after them finds the blocks they leave
+            chunk = min(prompt.num_tokens - prompt.num_processed, self.chunk_size, budget_left)
+            if self.bm.num_new_blocks_needed(prompt.request_id, chunk) <= free - firsts.count(1):
+                return None
+            num_kept, victims = len(decoders), [prompt]
+        return self._preempting_step(decoders, ids, firsts, context, to_finish, num_kept, victims)
 
     def _can_run_past_finishes_beside(self, num_waiting: int, recompute: bool) -> bool:
         """Whether a prompt's chunks may run on past finishes of the decoders beside them: past

@@ -60,6 +60,10 @@ class StretchMixin:
     _num_known_decoding: int
     _preempted_at: dict[int, tuple[float, int, str]]
     _note_resumed: Any
+    _decode_victims: Any
+    _take_off_running: Any
+    _drop_for_recompute: Any
+    _now: float
     # Set by the engine: nothing outside the policy needs a run to stop at a finish.
     run_past_finishes: bool = False
     # What the last run left of its decoders (see `_carried`); dropped by anything else that
@@ -107,9 +111,34 @@ class StretchMixin:
             num_steps = self.bm.max_decode_steps(ids, max(remaining), firsts)
         else:
             num_steps, remaining = self.bm.max_decode_steps(ids, to_finish, firsts), None
+        if num_steps < 1:  # too few blocks for the next step's decodes
+            if not self.can_preempt_in_stretch():
+                return None
+            return self._preempting_step(running, ids, firsts, context, to_finish, *self._decode_victims(running, firsts))
         # A queue that waits now waits behind a head the run cannot admit (checked above).
         return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining,
                        arrivals_wait=bool(self.waiting))
+
+    def _preempting_step(self, decoders: list[Request], ids: list[int], firsts: list[int], context: int,
+                         to_finish: int | None, num_kept: int, victims: list[Request]) -> Stretch | None:
+        """The step that preempts `victims` (the newest running requests, in the order they go)
+        and decodes the first `num_kept` of `decoders` (the oldest, every one decoding; their
+        ids, next new-block steps, total context and steps to the first finish, when known), as
+        a stretch of one step: a step that preempts admits nothing. None where it preempts
+        nothing or decodes nothing (stepping then plans again with the room made)."""
+        if not victims or not num_kept or len(decoders) > self.options.max_num_seqs:
+            return None
+        if num_kept < len(decoders):
+            decoders, ids, firsts = decoders[:num_kept], ids[:num_kept], firsts[:num_kept]
+            context, to_finish = sum(map(num_processed_of, decoders)), None
+        if to_finish is None:
+            to_finish = steps_to_first_finish(decoders)
+        return Stretch(1, list(decoders), ids, firsts, context, to_finish, victims=victims)
+
+    def can_preempt_in_stretch(self) -> bool:
+        """Whether a step short of blocks preempts as `_decode_victims` works it out, for
+        recompute: where block ids carry no meaning and no host tier takes swaps."""
+        return not self.bm.tracks_block_ids and self.host is None
 
     def _carried(self, decoders: list[Request]) -> DecoderCarry | None:
         """What the last run left of `decoders` (a prefix of the running batch), when they are
@@ -321,8 +350,14 @@ class StretchMixin:
 
     def begin_stretch(self, stretch: Stretch, now: float) -> None:
         """What a stretch's first step does before any position is processed (at `now`, its
-        start): admit its prompt from the queue, as the step would (see `Stretch.admits`), and
-        its newcomer when that step is its last (later, `apply_stretch` admits it)."""
+        start): preempt its victims, admit its prompt from the queue, as the step would (see
+        `Stretch.admits`), and its newcomer when that step is its last (later, `apply_stretch`
+        admits it)."""
+        if stretch.victims:
+            self._now = now  # the preemption's time, as `schedule` notes it
+            for victim in stretch.victims:
+                self._take_off_running(victim)
+                self._drop_for_recompute(victim)
         if stretch.admits:
             assert stretch.prefill is not None
             self._admit(stretch.prefill, now, self._admission_reserve(stretch.prefill))

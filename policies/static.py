@@ -49,6 +49,9 @@ class StaticPolicy(BasePolicy):
     def can_run_past_finishes(self) -> bool:
         return not self.padded and super().can_run_past_finishes()  # padded rows keep their blocks
 
+    def can_preempt_in_stretch(self) -> bool:
+        return False  # a group holds every block it will need: its steps never preempt
+
     def _decodes_all_fit(self, num_decodes: int) -> bool:
         return True  # a static group has no token budget
 

@@ -4,10 +4,10 @@ Every step of a stretch processes one position for each of `decoders` still runn
 selects a token) and, optionally, one `chunk` of a single prompt, which may be admitted by the
 first step (`admits`) and completed by the last (`tail`). A stretch's last step may also admit
 a `newcomer` with its first chunk: beside the tail, or alone (continuous batching's
-prefill-only step, a stretch of one step, whose decode-only steps follow as `then`). Nothing
-else is admitted, preempted
-or swapped meanwhile, and no request arrives, unless it can only join the queue
-(`arrivals_wait`). Decoders may finish: in the stretch's last step, or, when the
+prefill-only step, a stretch of one step, whose decode-only steps follow as `then`). A step
+short of blocks, a stretch of one step, may preempt the newest running requests first
+(`victims`). Nothing else is admitted, preempted or swapped meanwhile, and no request arrives,
+unless it can only join the queue (`arrivals_wait`). Decoders may finish: in the stretch's last step, or, when the
 stretch runs past finishes (`remaining` is given), in any step, after which the batch goes on
 without them. A stretch may be followed by another (`then`): the engine takes them as one run.
 """
@@ -78,6 +78,11 @@ class Stretch:
     # engine's step records count on it). Under load, where a queue builds up, arrivals come
     # every step or two.
     arrivals_wait: bool = False
+    # Running requests that a stretch of one step preempts for recompute before any position is
+    # processed, in the order they go: the newest, where the decodes, or the prompt's next
+    # chunk after them, find too few blocks free (`BasePolicy._decode_victims`). Such a step
+    # admits nothing; `decoders` are the rest of the batch.
+    victims: list[Request] | None = None
     # Departures in finish order, worked out when first needed (see `departures`), and the
     # stretch length they cover.
     _sorted: list[tuple[int, int, int]] | None = None

@@ -285,7 +285,8 @@ def simulate(
             if late is not None:
                 after = (after[0], after[1] - late[0], *after[2:])
             log.append((
-                first_step, starts[0], taken[0], num_seqs, prefill_tokens, num_decodes, num_selected, *after, 0, 0, 0, 0,
+                first_step, starts[0], taken[0], num_seqs, prefill_tokens, num_decodes, num_selected, *after,
+                len(part.victims) if part.victims else 0, 0, 0, 0,
             ))
             return
         num_waiting_before = len(policy.waiting)

@@ -501,6 +501,41 @@ def test_recomputes_run_on_the_fast_path(monkeypatch, name, seed, budget):
     assert (request_frame(fast.requests)["recompute_delay_s"] > 0).any()
 
 
+@pytest.mark.parametrize("name,budget,block_size,num_blocks,seed,expected", [
+    ("chunked_prefill", 16, 4, 24, 7, {"decodes", "own chunk"}),
+    ("chunked_prefill", 96, 4, 24, 7, {"decodes", "own chunk"}),
+    ("chunked_prefill", 16, 2, 48, 2, {"decodes", "own chunk", "several"}),
+    ("continuous", 96, 4, 24, 7, {"decodes"}),
+])
+def test_steps_that_preempt_run_on_the_fast_path(monkeypatch, name, budget, block_size, num_blocks, seed, expected):
+    """A step short of blocks is a stretch of one step that preempts first: the newest running
+    requests where the decodes find too few blocks (several, newest first, where one does not
+    free enough), or (chunked prefill) the prompt in progress where its next chunk does, which
+    preempts itself. Every table, the gaps and the recompute delays equal stepping's, and the
+    step records count the preemptions."""
+    from policies.fast_path import StretchMixin
+
+    kinds = set()
+    original = StretchMixin.begin_stretch
+
+    def spy(self, stretch, now):  # noqa: ANN001, ANN202
+        if stretch.victims:
+            assert stretch.num_steps == 1 and stretch.prefill is None and stretch.newcomer is None
+            prompt = self.running[-1]
+            kinds.add("own chunk" if stretch.victims == [prompt] and prompt.is_prefilling else "decodes")
+            kinds.update({"several"} if len(stretch.victims) > 1 else set())
+        return original(self, stretch, now)
+
+    monkeypatch.setattr(StretchMixin, "begin_stretch", spy)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    options = {"chunk_size": 16} if name == "chunked_prefill" else {}
+    fast, steps = _both_paths_equal(workload(seed, content=False), name, cost, num_blocks=num_blocks,
+                                    block_size=block_size, max_num_seqs=12, max_num_batched_tokens=budget, **options)
+    assert expected <= kinds
+    assert steps["num_preempted"].sum() > 0
+    assert (request_frame(fast.requests)["recompute_delay_s"] > 0).any()
+
+
 def test_a_wrong_carry_fails_the_invariant_check(monkeypatch):
     from policies.fast_path import StretchMixin
 
