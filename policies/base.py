@@ -451,6 +451,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         self._drop_for_recompute(victim)
 
     def _take_off_running(self, victim: Request) -> None:
+        """A preempted request leaves the running batch (where its KV goes is the caller's)."""
         self.running.remove(victim)
         victim.num_preemptions += 1
         self.num_resident_tokens -= victim.num_processed
