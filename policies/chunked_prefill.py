@@ -220,6 +220,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         chunk does (it preempts itself, the newest, as `_schedule_running` does). None where the
         step preempts nothing: it is planned as any other."""
         budget_left = self.options.max_num_batched_tokens - len(decoders)
+        # Decodes that fill the budget leave no chunk; such a step may still preempt: stepping's.
         if not decoders or budget_left < 1 or not self.can_preempt_in_stretch():
             return None
         carry = self._carried(decoders)
@@ -230,12 +231,12 @@ class ChunkedPrefillPolicy(BasePolicy):
                 return None
             ids, context, to_finish = request_ids(decoders), sum(map(num_processed_of, decoders)), None
         firsts = self.bm.first_new_block_steps(ids)
-        free = self.bm.num_free_blocks
         if self.bm.max_decode_steps(ids, 1, firsts) < 1:
             num_kept, victims = self._decode_victims(decoders, firsts)
         else:  # the decodes fit; the chunk after them finds the blocks they leave
             chunk = min(prompt.num_tokens - prompt.num_processed, self.chunk_size, budget_left)
-            if self.bm.num_new_blocks_needed(prompt.request_id, chunk) <= free - firsts.count(1):
+            free_after_decodes = self.bm.num_free_blocks - firsts.count(1)
+            if self.bm.num_new_blocks_needed(prompt.request_id, chunk) <= free_after_decodes:
                 return None
             num_kept, victims = len(decoders), [prompt]
         return self._preempting_step(decoders, ids, firsts, context, to_finish, num_kept, victims)

@@ -114,7 +114,8 @@ class StretchMixin:
         if num_steps < 1:  # too few blocks for the next step's decodes
             if not self.can_preempt_in_stretch():
                 return None
-            return self._preempting_step(running, ids, firsts, context, to_finish, *self._decode_victims(running, firsts))
+            num_kept, victims = self._decode_victims(running, firsts)
+            return self._preempting_step(running, ids, firsts, context, to_finish, num_kept, victims)
         # A queue that waits now waits behind a head the run cannot admit (checked above).
         return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining,
                        arrivals_wait=bool(self.waiting))
@@ -126,6 +127,8 @@ class StretchMixin:
         ids, next new-block steps, total context and steps to the first finish, when known), as
         a stretch of one step: a step that preempts admits nothing. None where it preempts
         nothing or decodes nothing (stepping then plans again with the room made)."""
+        # The seats test mirrors `_schedule_decodes`, which preempts on counts only where every
+        # decode fits the step's budget (the running batch never exceeds the seats).
         if not victims or not num_kept or len(decoders) > self.options.max_num_seqs:
             return None
         if num_kept < len(decoders):
@@ -354,6 +357,8 @@ class StretchMixin:
         `Stretch.admits`), and its newcomer when that step is its last (later, `apply_stretch`
         admits it)."""
         if stretch.victims:
+            # For recompute only: `can_preempt_in_stretch` rules out a host tier, so `_preempt`
+            # would do the same, less the step plan it appends to.
             self._now = now  # the preemption's time, as `schedule` notes it
             for victim in stretch.victims:
                 self._take_off_running(victim)

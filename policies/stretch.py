@@ -7,9 +7,10 @@ a `newcomer` with its first chunk: beside the tail, or alone (continuous batchin
 prefill-only step, a stretch of one step, whose decode-only steps follow as `then`). A step
 short of blocks, a stretch of one step, may preempt the newest running requests first
 (`victims`). Nothing else is admitted, preempted or swapped meanwhile, and no request arrives,
-unless it can only join the queue (`arrivals_wait`). Decoders may finish: in the stretch's last step, or, when the
-stretch runs past finishes (`remaining` is given), in any step, after which the batch goes on
-without them. A stretch may be followed by another (`then`): the engine takes them as one run.
+unless it can only join the queue (`arrivals_wait`). Decoders may finish: in the stretch's
+last step, or, when the stretch runs past finishes (`remaining` is given), in any step, after
+which the batch goes on without them. A stretch may be followed by another (`then`): the
+engine takes them as one run.
 """
 
 from __future__ import annotations

@@ -521,8 +521,10 @@ def test_steps_that_preempt_run_on_the_fast_path(monkeypatch, name, budget, bloc
     def spy(self, stretch, now):  # noqa: ANN001, ANN202
         if stretch.victims:
             assert stretch.num_steps == 1 and stretch.prefill is None and stretch.newcomer is None
-            prompt = self.running[-1]
-            kinds.add("own chunk" if stretch.victims == [prompt] and prompt.is_prefilling else "decodes")
+            # The prompt's own chunk found too few blocks where the decodes alone fit.
+            decodes_fit = self.bm.max_decode_steps(stretch.decode_ids, 1, stretch.decode_firsts) == 1
+            own_chunk = decodes_fit and stretch.victims == [self.running[-1]] and self.running[-1].is_prefilling
+            kinds.add("own chunk" if own_chunk else "decodes")
             kinds.update({"several"} if len(stretch.victims) > 1 else set())
         return original(self, stretch, now)
 
