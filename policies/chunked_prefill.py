@@ -15,7 +15,7 @@ from typing import Literal
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import num_processed_of, request_ids, steps_to_first_finish
+from policies.fast_path import steps_to_first_finish
 from policies.stretch import Stretch
 from simcore.decode_blocks import decode_blocks_fit
 from simcore.request import Request, Status
@@ -115,8 +115,11 @@ class ChunkedPrefillPolicy(BasePolicy):
         running = self.running
         if running and running[-1].is_prefilling:
             prompt, decoders = running[-1], running[:-1]
-            if self._may_preempt(prompt, len(decoders)):
-                stretch = self._chunk_preempting(prompt, decoders)
+            # The prompt's next chunk, as `_run_prefill_chunks` sizes it after the decodes.
+            chunk = min(prompt.num_tokens - prompt.num_processed, self._first_chunk_limit(len(decoders)))
+            # Even if each decode took a block, and the chunk its most, none preempts (the usual case).
+            if len(decoders) + self.bm.blocks_for(chunk) > self.bm.num_free_blocks:
+                stretch = self._chunk_preempting(prompt, decoders, chunk)
                 if stretch is not None:
                     return stretch
             return self._prefill_stretch(prompt, decoders)
@@ -158,14 +161,12 @@ class ChunkedPrefillPolicy(BasePolicy):
         if total < 1 and not last_chunk_only:
             return None
         carry = self._carried(decoders)
-        if carry is not None:
-            to_finish, ids, context = carry.steps_to_finish, carry.ids, carry.context
-        else:
-            if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):  # a prefix of running
-                return None
+        columns = self._decoder_columns(decoders, carry)
+        if columns is None:
+            return None
+        ids, context, to_finish = columns
+        if to_finish is None:
             to_finish = steps_to_first_finish(decoders) if decoders else total + 1
-            ids = request_ids(decoders)
-            context = sum(map(num_processed_of, decoders))
         firsts = self.bm.first_new_block_steps(ids)
         if last_chunk_only:
             before = Stretch(0, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed)
@@ -205,36 +206,23 @@ class ChunkedPrefillPolicy(BasePolicy):
             return self._last_chunk_with_newcomer(stretch, pending) or stretch
         return stretch
 
-    def _may_preempt(self, prompt: Request, num_decodes: int) -> bool:
-        """Whether the next step might find too few blocks free for the decodes and `prompt`'s
-        next chunk after them (conservative: as if each decode took a block, and the chunk its
-        most)."""
-        chunk = min(prompt.num_tokens - prompt.num_processed, self.chunk_size,
-                    self.options.max_num_batched_tokens - num_decodes)
-        return num_decodes + self.bm.blocks_for(chunk) > self.bm.num_free_blocks
-
-    def _chunk_preempting(self, prompt: Request, decoders: list[Request]) -> Stretch | None:
+    def _chunk_preempting(self, prompt: Request, decoders: list[Request], chunk: int) -> Stretch | None:
         """The step that preempts (`_preempting_step`), where the decodes of `decoders` (every
         running request but `prompt`, the newest, whose prompt is in progress) find too few
         blocks free (`_decode_victims`: `prompt` goes first), or, after them, `prompt`'s next
-        chunk does (it preempts itself, the newest, as `_schedule_running` does). None where the
+        `chunk` does (it preempts itself, the newest, as `_schedule_running` does). None where the
         step preempts nothing: it is planned as any other."""
-        budget_left = self.options.max_num_batched_tokens - len(decoders)
         # Decodes that fill the budget leave no chunk; such a step may still preempt: stepping's.
-        if not decoders or budget_left < 1 or not self.can_preempt_in_stretch():
+        if not decoders or chunk < 1 or not self.can_preempt_in_stretch():
             return None
-        carry = self._carried(decoders)
-        if carry is not None:
-            ids, context, to_finish = carry.ids, carry.context, carry.steps_to_finish
-        else:
-            if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):
-                return None
-            ids, context, to_finish = request_ids(decoders), sum(map(num_processed_of, decoders)), None
+        columns = self._decoder_columns(decoders, self._carried(decoders))
+        if columns is None:
+            return None
+        ids, context, to_finish = columns
         firsts = self.bm.first_new_block_steps(ids)
         if self.bm.max_decode_steps(ids, 1, firsts) < 1:
             num_kept, victims = self._decode_victims(decoders, firsts)
         else:  # the decodes fit; the chunk after them finds the blocks they leave
-            chunk = min(prompt.num_tokens - prompt.num_processed, self.chunk_size, budget_left)
             free_after_decodes = self.bm.num_free_blocks - firsts.count(1)
             if self.bm.num_new_blocks_needed(prompt.request_id, chunk) <= free_after_decodes:
                 return None

@@ -143,6 +143,17 @@ class StretchMixin:
         recompute: where block ids carry no meaning and no host tier takes swaps."""
         return not self.bm.tracks_block_ids and self.host is None
 
+    def _decoder_columns(self, decoders: list[Request],
+                         carry: DecoderCarry | None) -> tuple[list[int], int, int | None] | None:
+        """The ids, total context and steps to the first finish (None: not read) of `decoders`,
+        a prefix of the running batch: from `carry` (`_carried(decoders)`) when there is one,
+        else read, once every one of them is known to decode. None where some does not."""
+        if carry is not None:
+            return carry.ids, carry.context, carry.steps_to_finish
+        if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):
+            return None
+        return request_ids(decoders), sum(map(num_processed_of, decoders)), None
+
     def _carried(self, decoders: list[Request]) -> DecoderCarry | None:
         """What the last run left of `decoders` (a prefix of the running batch), when they are
         the requests it advanced. Since that run, the batch has changed only by admissions,
