@@ -16,9 +16,6 @@ from typing import Literal
 from policies.budget import StepBudget
 from policies.fast_path import (
     StretchMixin,
-    last_token_of,
-    num_processed_of,
-    prompt_len_of,
     request_ids,
     steps_left,
     steps_to_first_finish,
@@ -191,7 +188,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
         """`complete` for a decode group: the same updates, read and written in tight passes."""
         requests = list(map(self.by_id.__getitem__, group.request_ids))
         delivered = now + self.options.delivery_s
-        gaps.extend([delivered - t for t in map(last_token_of, requests)])
+        gaps.extend([delivered - request.last_token_s for request in requests])
         preempted = self._preempted_at
         if self.bm.enable_prefix_caching:
             for request in requests:
@@ -315,8 +312,9 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             self.bm.append_decode_steps(ids, 1, firsts)
             if self.group_decodes and not self.emit_block_tables and not builder.num_seqs \
                     and (all_decoding or self._all_decoding(decoders)):
-                contexts = tuple(map(num_processed_of, decoders))
-                builder.decodes = DecodeGroup(tuple(ids), contexts, tuple(map(prompt_len_of, decoders)), sum(contexts))
+                contexts = tuple([request.num_processed for request in decoders])
+                builder.decodes = DecodeGroup(tuple(ids), contexts, tuple([request.prompt_len for request in decoders]),
+                                              sum(contexts))
             else:
                 self._add_decode_seqs(decoders)
             builder.scheduled.update(ids)
@@ -591,7 +589,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             raise AssertionError("the last run's decoders are not the decoding prefix of the running batch")
         remaining = steps_left(requests)
         figures = (carry.ids, carry.context, carry.steps_to_finish)
-        if figures != (request_ids(requests), sum(map(num_processed_of, requests)), min(remaining)):
+        if figures != (request_ids(requests), sum([request.num_processed for request in requests]), min(remaining)):
             raise AssertionError(f"the last run's decoders carry {figures[1:]}, not what the batch gives")
         carried = carry.steps_left()
         if carried is not None and carried != remaining:

@@ -251,7 +251,7 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None  # admission that reserves every block up front
         # The decoders in that step: those that did not finish in the steps before.
         remaining = stretch.remaining
-        num_decodes = len(stretch.decoders) if remaining is None else sum(left > num_steps for left in remaining)
+        num_decodes = len(stretch.decoders) if remaining is None else len([left for left in remaining if left > num_steps])
         if num_decodes + 2 > self.options.max_num_seqs:
             return None
         tail = pending - stretch.prompt_positions(num_steps)

@@ -12,7 +12,7 @@ from functools import partial
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import num_processed_of, request_ids
+from policies.fast_path import request_ids
 from policies.stretch import DecoderCarry, Stretch
 from simcore.request import Request
 
@@ -135,7 +135,8 @@ class ContinuousPolicy(BasePolicy):
         remaining = self._steps_left(running, carry)
         remaining.append(head.num_target_outputs - head.num_outputs - 1)  # its output in that step
         # The running requests did not advance in the admission step.
-        contexts = [*map(num_processed_of, running), head.num_tokens]
+        contexts = [request.num_processed for request in running]
+        contexts.append(head.num_tokens)
         return self._decodes_joined([*running, head], [*ids, head.request_id],
                                     [*self.bm.first_new_block_steps(ids), head_first], remaining, contexts,
                                     self.bm.num_free_blocks - taken)

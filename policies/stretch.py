@@ -18,14 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import attrgetter, le, sub
+from operator import le
 
 import numpy as np
 
 from simcore.plan import RunShape
 from simcore.request import Request
 
-_num_processed_of = attrgetter("num_processed")
 # Decoders from which a stretch sorts only those that finish within it: in a smaller batch the
 # pass that picks them costs more than it saves (measured on the 10k reference runs: about 1%
 # slower under continuous batching, whose runs past finishes see nearly every decoder finish;
@@ -210,7 +209,9 @@ class Stretch:
         if self._sorted is None or self.num_steps > self._sorted_upto:
             remaining = self.remaining
             assert remaining is not None
-            contexts = self.decode_contexts if self.decode_contexts is not None else map(_num_processed_of, self.decoders)
+            contexts = self.decode_contexts
+            if contexts is None:
+                contexts = [request.num_processed for request in self.decoders]
             leaving = zip(remaining, range(len(remaining)), contexts)
             # (finish step, index) pairs are distinct: contexts are never compared.
             if len(remaining) < MIN_BATCH_SORTED_IN_PART:
@@ -242,7 +243,8 @@ class DecoderCarry:
     def steps_left(self) -> list[int] | None:
         if self.remaining is None:
             return None
-        return list(map(sub, self.remaining, repeat(self.steps_taken)))
+        taken = self.steps_taken
+        return [left - taken for left in self.remaining]
 
 
 def run_aggregates(shape: RunShape, num_steps: int) -> tuple:

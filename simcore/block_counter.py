@@ -9,8 +9,8 @@ to `BlockManager` (tested); the runner picks it automatically.
 
 from __future__ import annotations
 
-from itertools import compress, repeat
-from operator import ge, sub
+from itertools import repeat
+from operator import sub
 
 from simcore.block_manager import PrefixHit
 from simcore.decode_blocks import BlockArithmetic, max_steps_within
@@ -93,8 +93,8 @@ class BlockCounter(BlockArithmetic):
         first_new, tables = self._first_new, self.num_table_blocks
         if num_steps <= bs:
             # At most one new block each, for those whose first comes within the run (the usual
-            # case: runs end at arrivals long before a block fills twice); they are found in C.
-            growing = list(compress(request_ids, map(ge, repeat(num_steps), firsts)))
+            # case: runs end at arrivals long before a block fills twice).
+            growing = [rid for rid, first in zip(request_ids, firsts) if first <= num_steps]
             if len(growing) > self.num_free_blocks:
                 raise MemoryError(f"decode steps need {len(growing)} blocks, {self.num_free_blocks} free")
             self.num_free_blocks -= len(growing)

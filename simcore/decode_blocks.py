@@ -7,9 +7,6 @@ steps after that.
 
 from __future__ import annotations
 
-from itertools import repeat
-from operator import ge
-
 
 def first_new_block_step(capacity: int, stored: int) -> int:
     return capacity - stored + 1
@@ -27,8 +24,8 @@ def after_storing(first: int, num_positions: int, block_size: int) -> tuple[int,
 def blocks_taken_by(firsts: list[int], num_positions: int, block_size: int) -> int:
     """New blocks taken once each request (next new block at `firsts`) stores `num_positions`
     more positions: after_storing's first element, summed."""
-    if num_positions <= block_size:  # at most one each (firsts are >= 1): counted in C
-        return sum(map(ge, repeat(num_positions), firsts))
+    if num_positions <= block_size:  # at most one each (firsts are >= 1)
+        return len([first for first in firsts if first <= num_positions])
     return sum([(num_positions - first) // block_size + 1 for first in firsts if first <= num_positions])
 
 
@@ -47,10 +44,10 @@ def after_storing_each(firsts: list[int], num_positions: int, block_size: int) -
         return 0, list(firsts)
     if num_positions <= block_size:
         # At most one new block each, as firsts are >= 1 (the usual case: runs end at arrivals
-        # long before a block fills twice): one pass, and the count in C.
+        # long before a block fills twice).
         shifted = [first - num_positions if first > num_positions else first - num_positions + block_size
                    for first in firsts]
-        return sum(map(ge, repeat(num_positions), firsts)), shifted
+        return len([first for first in firsts if first <= num_positions]), shifted
     needs = [(num_positions - first) // block_size + 1 if first <= num_positions else 0 for first in firsts]
     return sum(needs), [first - num_positions + need * block_size for first, need in zip(firsts, needs)]
 
@@ -71,7 +68,7 @@ def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) 
         return limit
 
     def needed(num_steps: int) -> int:
-        return sum((num_steps - f) // block_size + 1 for f in firsts if f <= num_steps)
+        return sum([(num_steps - f) // block_size + 1 for f in firsts if f <= num_steps])
 
     if needed(limit) <= free:
         return limit

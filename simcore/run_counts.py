@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter
 
 import numpy as np
 
@@ -45,12 +44,7 @@ class RunCounts:
     last: tuple[int, int, int] = (0, 0, 0)
 
 
-_SCALAR_NAMES = ("num_steps", "chunk", "prompt_first", "blocks", "running", "resident", "completes", "has_prompt",
-                 "newcomer", "newcomer_selects", "chunk_cap")
-_SCALAR_FIELDS = attrgetter(*_SCALAR_NAMES)
-_NUM_SCALAR_FIELDS = len(_SCALAR_NAMES)
-_firsts_of = attrgetter("firsts")
-_last_of = attrgetter("last")
+_NUM_SCALAR_FIELDS = 11  # those `expand_run_counts` reads of each run as a row
 
 
 def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
@@ -58,15 +52,18 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     sequences, and after the step running requests, blocks in use and resident tokens, by step
     record column (int64 arrays, one row a step)."""
     bs = runs[0].block_size
-    # Each field across the runs, read in C-level passes (each run's fields as a row).
+    # Each field across the runs, each run's fields as a row (comprehensions: slot reads in one
+    # are about twice as fast as through an attrgetter).
     num_runs = len(runs)
+    rows = [(run.num_steps, run.chunk, run.prompt_first, run.blocks, run.running, run.resident, run.completes,
+             run.has_prompt, run.newcomer, run.newcomer_selects, run.chunk_cap) for run in runs]
     (lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt, newcomer,
-     newcomer_selects, chunk_cap) = np.fromiter(chain.from_iterable(map(_SCALAR_FIELDS, runs)), np.int64,
+     newcomer_selects, chunk_cap) = np.fromiter(chain.from_iterable(rows), np.int64,
                                      count=_NUM_SCALAR_FIELDS * num_runs).reshape(num_runs, _NUM_SCALAR_FIELDS).T
-    firsts_by_run = list(map(_firsts_of, runs))
+    firsts_by_run = [run.firsts for run in runs]
     num_decoders = np.fromiter(map(len, firsts_by_run), np.int64, count=num_runs)
     last_running, last_blocks, last_resident = np.fromiter(
-        chain.from_iterable(map(_last_of, runs)), np.int64, count=3 * num_runs).reshape(num_runs, 3).T
+        chain.from_iterable([run.last for run in runs]), np.int64, count=3 * num_runs).reshape(num_runs, 3).T
     total = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
     last_rows = starts + lengths - 1
