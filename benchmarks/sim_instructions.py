@@ -118,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         print("sim_instructions.py: valgrind is not on the PATH (it counts the instructions)", file=sys.stderr)
         return 2
     for tree in trees:
-        # Compiled first: a module imported only during the run (the registries import lazily)
-        # would otherwise be compiled, and counted, in whichever case imports it first.
+        # Compiled first: where bytecode is not written (PYTHONDONTWRITEBYTECODE, set on these
+        # machines) every case would compile the tree again, about 390M instructions; elsewhere
+        # whichever case ran first would pay for it.
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], capture_output=True)
     print(f"requests: {args.size}  python: {sys.version.split()[0]}  instructions in millions; run: total "
           "less the first tree's setup")
