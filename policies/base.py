@@ -19,6 +19,7 @@ from policies.fast_path import (
     request_ids,
     steps_left,
     steps_to_first_finish,
+    total_context,
 )
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
@@ -589,7 +590,7 @@ class BasePolicy(PrefixReuseMixin, StretchMixin):
             raise AssertionError("the last run's decoders are not the decoding prefix of the running batch")
         remaining = steps_left(requests)
         figures = (carry.ids, carry.context, carry.steps_to_finish)
-        if figures != (request_ids(requests), sum([request.num_processed for request in requests]), min(remaining)):
+        if figures != (request_ids(requests), total_context(requests), min(remaining)):
             raise AssertionError(f"the last run's decoders carry {figures[1:]}, not what the batch gives")
         carried = carry.steps_left()
         if carried is not None and carried != remaining:

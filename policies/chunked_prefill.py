@@ -116,7 +116,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         if running and running[-1].is_prefilling:
             prompt, decoders = running[-1], running[:-1]
             # The prompt's next chunk, as `_run_prefill_chunks` sizes it after the decodes.
-            chunk = min(prompt.num_tokens - prompt.num_processed, self._first_chunk_limit(len(decoders)))
+            chunk = min(prompt.num_pending, self._first_chunk_limit(len(decoders)))
             # Even if each decode took a block, and the chunk its most, none preempts (the usual case).
             if len(decoders) + self.bm.blocks_for(chunk) > self.bm.num_free_blocks:
                 stretch = self._chunk_preempting(prompt, decoders, chunk)

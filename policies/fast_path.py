@@ -26,6 +26,11 @@ def request_ids(requests: list[Request]) -> list[int]:
     return [request.request_id for request in requests]
 
 
+def total_context(requests: list[Request]) -> int:
+    """Positions the requests have processed, all together."""
+    return sum([request.num_processed for request in requests])
+
+
 def steps_left(requests: list[Request]) -> list[int]:
     """Steps (one output each) until each of `requests` has all its outputs (`_num_target`:
     num_target_outputs without the property call)."""
@@ -34,7 +39,7 @@ def steps_left(requests: list[Request]) -> list[int]:
 
 def steps_to_first_finish(requests: list[Request]) -> int:
     """Steps (one output each) until the first of `requests` has all its outputs."""
-    return min([request._num_target - request.num_outputs for request in requests])
+    return min(steps_left(requests))
 
 
 class StretchMixin:
@@ -90,7 +95,7 @@ class StretchMixin:
         else:
             # Each column read once: what the decoding check needs, the stretch needs too.
             outputs = [request.num_outputs for request in running]
-            context = sum([request.num_processed for request in running])
+            context = total_context(running)
             if len(running) > self._num_known_decoding and not self._all_decoding(running, outputs, context):
                 return None
             ids = request_ids(running)
@@ -126,7 +131,7 @@ class StretchMixin:
             return None
         if num_kept < len(decoders):
             decoders, ids, firsts = decoders[:num_kept], ids[:num_kept], firsts[:num_kept]
-            context, to_finish = sum([request.num_processed for request in decoders]), None
+            context, to_finish = total_context(decoders), None
         if to_finish is None:
             to_finish = steps_to_first_finish(decoders)
         return Stretch(1, list(decoders), ids, firsts, context, to_finish, victims=victims)
@@ -145,7 +150,7 @@ class StretchMixin:
             return carry.ids, carry.context, carry.steps_to_finish
         if len(decoders) > self._num_known_decoding and not self._all_decoding(decoders):
             return None
-        return request_ids(decoders), sum([request.num_processed for request in decoders]), None
+        return request_ids(decoders), total_context(decoders), None
 
     def _carried(self, decoders: list[Request]) -> DecoderCarry | None:
         """What the last run left of `decoders` (a prefix of the running batch), when they are
@@ -257,7 +262,7 @@ class StretchMixin:
         if min(outputs) == 0:
             return False
         if num_processed is None:
-            num_processed = sum([request.num_processed for request in requests])
+            num_processed = total_context(requests)
         # A running request always has at least one position pending (checked by `check`), so
         # all have exactly one when the pending positions add up to one each.
         return sum([request.prompt_len for request in requests]) + sum(outputs) - num_processed == len(requests)

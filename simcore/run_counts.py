@@ -44,9 +44,6 @@ class RunCounts:
     last: tuple[int, int, int] = (0, 0, 0)
 
 
-_NUM_SCALAR_FIELDS = 11  # those `expand_run_counts` reads of each run as a row
-
-
 def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     """Every step of `runs` (of one block size), in order: decoders, sequences, selecting
     sequences, and after the step running requests, blocks in use and resident tokens, by step
@@ -59,7 +56,7 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
              run.has_prompt, run.newcomer, run.newcomer_selects, run.chunk_cap) for run in runs]
     (lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt, newcomer,
      newcomer_selects, chunk_cap) = np.fromiter(chain.from_iterable(rows), np.int64,
-                                     count=_NUM_SCALAR_FIELDS * num_runs).reshape(num_runs, _NUM_SCALAR_FIELDS).T
+                                     count=len(rows[0]) * num_runs).reshape(num_runs, len(rows[0])).T
     firsts_by_run = [run.firsts for run in runs]
     num_decoders = np.fromiter(map(len, firsts_by_run), np.int64, count=num_runs)
     last_running, last_blocks, last_resident = np.fromiter(
