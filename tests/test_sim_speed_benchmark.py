@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "sim_speed.py"
 TABLE = ROOT / "tests" / "data" / "profiles" / "cpu-tiny-llama.csv"
@@ -32,3 +34,24 @@ def test_sim_speed_reports_each_policy(tmp_path):
 def test_sim_speed_with_a_profiled_table(tmp_path):
     rows = _run(tmp_path, "--policies", "continuous", "--profile-table", str(TABLE))
     assert len(rows) == 1 and rows[0]["completed"] + rows[0]["rejected"] == 300
+
+
+def test_sim_speed_repeats_each_case(tmp_path):
+    """--repeat: the best of the runs, their median, and every run's wall time; the counts agree.
+    (--no-compile: the bytecode as found.)"""
+    rows = _run(tmp_path, "--policies", "continuous", "--repeat", "3", "--no-compile")
+    (row,) = rows
+    assert len(row["wall_s_runs"]) == 3
+    assert row["wall_s"] == min(row["wall_s_runs"]) <= row["median_wall_s"] <= max(row["wall_s_runs"])
+    assert 0 < row["simulate_s"] <= row["wall_s"]
+
+
+def test_sim_speed_runs_that_disagree_are_refused():
+    sys.path.insert(0, str(SCRIPT.parent))
+    import sim_speed
+
+    run = {"size": 10, "policy": "continuous", "wall_s": 1.0, "simulate_s": 0.5, "sim_time_s": 3.0, "steps": 7,
+           "events": 4, "peak_mib": 100.0, "completed": 10, "rejected": 0}
+    assert sim_speed.summarize_runs([run, {**run, "wall_s": 0.8}])["wall_s"] == 0.8
+    with pytest.raises(SystemExit, match="disagree on steps"):
+        sim_speed.summarize_runs([run, {**run, "steps": 8}])
