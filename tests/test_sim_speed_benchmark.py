@@ -46,8 +46,8 @@ def test_sim_speed_repeats_each_case(tmp_path):
     assert 0 < row["simulate_s"] <= row["wall_s"]
 
 
-def test_sim_speed_runs_that_disagree_are_refused():
-    sys.path.insert(0, str(SCRIPT.parent))
+def test_sim_speed_runs_that_disagree_are_refused(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
     import sim_speed
 
     run = {"size": 10, "policy": "continuous", "wall_s": 1.0, "simulate_s": 0.5, "sim_time_s": 3.0, "steps": 7,
