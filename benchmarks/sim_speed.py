@@ -12,7 +12,7 @@ its own) and writes full per-request and per-step Parquet outputs.
     python benchmarks/sim_speed.py --sizes 10000 --profile-table tests/data/profiles/cpu-tiny-llama.csv
     python benchmarks/sim_speed.py --sizes 10000 --repeat 5     # best and median of 5 fresh runs
 
-On a shared machine one run's wall time can be 15% off the next one's, minutes apart. With
+On a shared machine one run's wall time can be 15% or more off the next one's, minutes apart. With
 `--repeat N` each case runs N times, the policies taking turns (so that a slow spell falls on
 each), and the table gives the best wall and simulation-loop times, as `timeit` does (the
 noise only ever adds time), and the median wall time; the runs must agree on every count.
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_compile:
         for package in PACKAGES:
             if not compileall.compile_dir(ROOT / package, quiet=1):
-                raise SystemExit(f"could not compile {ROOT / package}")
+                raise SystemExit(f"could not compile {ROOT / package} (see above); --no-compile skips this")
     bytecode = "as found" if args.no_compile else "compiled first"
     print(f"cores: {os.cpu_count()}  python: {sys.version.split()[0]}  runs per case: {args.repeat}  "
           f"bytecode: {bytecode}")
