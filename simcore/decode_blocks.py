@@ -47,7 +47,7 @@ def after_storing_each(firsts: list[int], num_positions: int, block_size: int) -
         # long before a block fills twice).
         shifted = [first - num_positions if first > num_positions else first - num_positions + block_size
                    for first in firsts]
-        return len([first for first in firsts if first <= num_positions]), shifted
+        return blocks_taken_by(firsts, num_positions, block_size), shifted
     needs = [(num_positions - first) // block_size + 1 if first <= num_positions else 0 for first in firsts]
     return sum(needs), [first - num_positions + need * block_size for first, need in zip(firsts, needs)]
 
