@@ -8,7 +8,7 @@ compared one run each, and the cost of a part of the work can be read off by run
 Each case runs `sim_speed.experiment` (the 10k reference workload by default) in its own process,
 outputs written, as `sim_speed.py --case` does; `setup` is the same process stopped once the
 experiment is built, so `run` (the total less setup, measured once, with the first tree) is
-what simulating and writing cost; every tree is compiled (`compileall`) before it is counted.
+what simulating and writing cost; every tree's packages are compiled (as `sim_speed.py` does) first.
 
     python benchmarks/sim_instructions.py                            # this tree, both policies
     python benchmarks/sim_instructions.py --trees . /tmp/base        # side by side (a worktree)
@@ -117,11 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None:
         print("sim_instructions.py: valgrind is not on the PATH (it counts the instructions)", file=sys.stderr)
         return 2
+    # Here, not at the top: a case imports the sim_speed of the tree it counts.
+    from sim_speed import compile_packages
+
     for tree in trees:
         # Compiled first: where bytecode is not written (PYTHONDONTWRITEBYTECODE, set on these
         # machines) every case would compile the tree again, about 390M instructions; elsewhere
         # whichever case ran first would pay for it.
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], capture_output=True)
+        compile_packages(tree)
     print(f"requests: {args.size}  python: {sys.version.split()[0]}  instructions in millions; run: total "
           "less the first tree's setup")
     print(f"{'tree':<28} {'policy':<16} {'case':<18} {'total':>9} {'run':>9} {'vs first':>9}")
