@@ -107,11 +107,11 @@ class ChunkedPrefillPolicy(BasePolicy):
         A recompute after a preemption runs as a first prefill, but for a last chunk of one
         position (a step counts it as a decode). Only where block ids carry no meaning (no
         prefix cache, no host tier)."""
-        stretch = super().plan_stretch()
-        if stretch is not None or self.order != "stall_free" or self.swapped:
-            return stretch
-        if self.bm.enable_prefix_caching or self.host is not None:
-            return None
+        if self.order != "stall_free" or self.swapped or self.bm.enable_prefix_caching or self.host is not None:
+            return super().plan_stretch()
+        # The decode-only stretch is planned last: where a prompt is in progress, it is none;
+        # where the queue's head can be admitted, the stretch that admits it (if any) comes
+        # first, and none that only decodes.
         running = self.running
         if running and running[-1].is_prefilling:
             prompt, decoders = running[-1], running[:-1]
@@ -124,8 +124,13 @@ class ChunkedPrefillPolicy(BasePolicy):
                     return stretch
             return self._prefill_stretch(prompt, decoders)
         if self.waiting and self.options.admission != "reserve":
-            return self._prefill_stretch(self.waiting[0], list(running), admits=True)
-        return None
+            # Only a head that the next step admits gives a stretch here (its own admission
+            # check is stricter than `_may_admit_during_stretch`): none means either the decode
+            # steps go on without it, or the step is left to stepping, as that test decides.
+            stretch = self._prefill_stretch(self.waiting[0], list(running), admits=True)
+            if stretch is not None:
+                return stretch
+        return super().plan_stretch()
 
     def _prefill_stretch(self, prefill: Request, decoders: list[Request], *, admits: bool = False) -> Stretch | None:
         """Every decode beside `prefill`'s chunks (from its admission, when `admits`: it heads
