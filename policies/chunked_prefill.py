@@ -109,9 +109,8 @@ class ChunkedPrefillPolicy(BasePolicy):
         prefix cache, no host tier)."""
         if self.order != "stall_free" or self.swapped or self.bm.enable_prefix_caching or self.host is not None:
             return super().plan_stretch()
-        # The decode-only stretch is planned last: where a prompt is in progress, it is none;
-        # where the queue's head can be admitted, the stretch that admits it (if any) comes
-        # first, and none that only decodes.
+        # The decode-only planner comes last: while a prompt is in progress it plans nothing,
+        # nor where the queue's head can be admitted (that head's stretch, if any, comes first).
         running = self.running
         if running and running[-1].is_prefilling:
             prompt, decoders = running[-1], running[:-1]
