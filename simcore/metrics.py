@@ -70,9 +70,11 @@ def request_columns(requests: Sequence[Request]) -> dict[str, list | np.ndarray]
              r.num_preemptions, r.num_swaps, r.num_cached_prefix, r.num_prefix_query_tokens,
              r.num_prefix_hit_tokens, r.num_recomputed_tokens, r.swap_delay_s, r.recompute_delay_s,
              r.session_id, r.turn, r.cache_salt, r.adapter_id) for r in requests]
+    # With no requests, zip gives no columns: 24 empty ones, one per field read above.
+    columns = map(list, zip(*rows)) if rows else ([] for _ in range(24))
     (request_id, status, reject_reason, arrival, prompt_len, output_len, num_outputs, scheduled, prefill_done,
      first, last, finish, num_preemptions, num_swaps, num_cached, num_query, num_hit, num_recomputed, swap_delay,
-     recompute_delay, session_id, turn, cache_salt, adapter_id) = map(list, zip(*rows)) if rows else ([] for _ in range(24))
+     recompute_delay, session_id, turn, cache_salt, adapter_id) = columns
 
     def times(values: list) -> np.ndarray:
         return np.array(values, dtype=np.float64)  # None -> NaN
