@@ -12,7 +12,8 @@ import heapq
 import math
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
@@ -84,7 +85,34 @@ def simulate(
     run of steps that arrivals cannot change hands them over before it is applied, with the
     same results and records.)
     """
-    limits = limits or RunLimits()
+    with _collector_for_a_run():
+        return _simulate(requests, policy, cost_model, limits or RunLimits(), on_step, on_finished, steps_spill)
+
+
+@contextmanager
+def _collector_for_a_run() -> Iterator[None]:
+    """The garbage collector's settings while a run sets up, runs and reports. The templates
+    live for the whole run: they are frozen first, before the run sorts them, so that no pass
+    rescans them (the workload builders make them with the collector off, so the first pass
+    after would find them all young: at 1M requests, 0.4 s). And the loop makes no reference
+    cycles (tests/test_engine_cycles.py checks), so the collector's young passes, every 700 new
+    containers by default, find nothing to free while each rescans the step records and
+    requests made since the last: on the 10k reference run they took 4% of the loop. Rarer
+    passes still bound what a cycle made elsewhere (a callback) could hold."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    if thresholds[0]:  # 0: the caller turned automatic collection off; leave it so
+        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel, limits: RunLimits,
+              on_step: Callable[[float], None] | None, on_finished: Callable[[list[Request]], None] | None,
+              steps_spill: Path | None) -> RunResult:
     env = simpy.Environment()
     log = StepLog(steps_spill)
     ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
@@ -378,20 +406,7 @@ def simulate(
                 return
 
     stepper = env.process(steps())
-    # The templates live for the whole run: keep the collector from rescanning them. And the
-    # loop makes no reference cycles (tests/test_engine_cycles.py checks), so the collector's young
-    # passes, every 700 new containers by default, find nothing to free while each rescans the
-    # step records and requests made since the last: on the 10k reference run they took 4% of
-    # the loop. Rarer passes still bound what a cycle made elsewhere (a callback) could hold.
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    if thresholds[0]:  # 0: the caller turned automatic collection off; leave it so
-        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
-    try:
-        env.run(until=stepper)
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
+    env.run(until=stepper)
     unfinished: list[Request] = []
     if state["end"] != "done":
         unfinished = policy.drain_unfinished()
