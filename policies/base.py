@@ -24,6 +24,7 @@ from policies.fast_path import (
 from policies.host_pool import HostPool
 from policies.host_prefix import HostPrefixCache
 from policies.prefix_reuse import NO_HIT, PrefixReuseMixin
+from policies.readmit_cycle import ReadmitCycleMixin
 from policies.stretch import DecoderCarry
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
@@ -55,7 +56,7 @@ class SchedulerOptions:
     delivery_s: float = 0.0
 
 
-class BasePolicy(PrefixReuseMixin, StretchMixin):
+class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
     name = "base"
 
     def __init__(

@@ -120,7 +120,7 @@ class ChunkedPrefillPolicy(BasePolicy):
             if len(decoders) + self.bm.blocks_for(chunk) > self.bm.num_free_blocks:
                 stretch = self._chunk_preempting(prompt, decoders, chunk)
                 if stretch is not None:
-                    return stretch
+                    return self._readmit_cycle(stretch) or stretch
             return self._prefill_stretch(prompt, decoders)
         if self.waiting and self.options.admission != "reserve":
             # Only a head that the next step admits gives a stretch here (its own admission
@@ -128,8 +128,15 @@ class ChunkedPrefillPolicy(BasePolicy):
             # steps go on without it, or the step is left to stepping, as that test decides.
             stretch = self._prefill_stretch(self.waiting[0], list(running), admits=True)
             if stretch is not None:
+                # One step, where it is cut short of the prompt's next chunk by too few blocks:
+                # possibly the first of a readmission cycle.
+                if stretch.num_steps == 1 and not stretch.tail:
+                    return self._readmit_cycle(stretch) or stretch
                 return stretch
-        return super().plan_stretch()
+        stretch = super().plan_stretch()
+        if stretch is not None and stretch.victims:  # the newest decoder preempted: it may come back in turn
+            return self._readmit_cycle(stretch) or stretch
+        return stretch
 
     def _prefill_stretch(self, prefill: Request, decoders: list[Request], *, admits: bool = False) -> Stretch | None:
         """Every decode beside `prefill`'s chunks (from its admission, when `admits`: it heads

@@ -6,7 +6,8 @@ first step (`admits`) and completed by the last (`tail`). A stretch's last step 
 a `newcomer` with its first chunk: beside the tail, or alone (continuous batching's
 prefill-only step, a stretch of one step, whose decode-only steps follow as `then`). A step
 short of blocks, a stretch of one step, may preempt the newest running requests first
-(`victims`). Nothing else is admitted, preempted or swapped meanwhile, and no request arrives,
+(`victims`); a prompt that finds no room to stay may be admitted and preempted in turn
+(`readmits`). Nothing else is admitted, preempted or swapped meanwhile, and no request arrives,
 unless it can only join the queue (`arrivals_wait`). Decoders may finish: in the stretch's
 last step, or, when the stretch runs past finishes (`remaining` is given), in any step, after
 which the batch goes on without them. A stretch may be followed by another (`then`): the
@@ -83,6 +84,13 @@ class Stretch:
     # chunk after them, find too few blocks free (`BasePolicy._decode_victims`). Such a step
     # admits nothing; `decoders` are the rest of the batch.
     victims: list[Request] | None = None
+    # A prompt that the batch has no room to keep, admitted again and again: the stretch's
+    # steps admit `prefill` from the head of the queue with its first `chunk`, and preempt it
+    # for recompute, in turn (its next chunk, or the decodes, find too few blocks free). The
+    # first step admits it (`admits`), or preempts it (`victims`, the one request that step
+    # preempts: then the running `prefill`). Every decoder decodes in every step and none
+    # finishes. See `policies.readmit_cycle`.
+    readmits: bool = False
     # Departures in finish order, worked out when first needed (see `departures`), and the
     # stretch length they cover.
     _sorted: list[tuple[int, int, int]] | None = None
@@ -151,6 +159,11 @@ class Stretch:
         shape, or one per span between finishes, since the batch shrinks after each; and the
         step of the prompt's last chunk (the tail) on its own."""
         limit = self.num_steps if num_steps is None else num_steps
+        if self.readmits:  # a step with the prompt's first chunk, then one without it, in turn
+            n, chunk, lead = len(self.decoders), self.chunk, 1 if self.victims else 0
+            for step in range(limit):
+                yield 1, RunShape(n, self.decode_context + step * n, chunk if step >= lead and not (step - lead) % 2 else 0)
+            return
         if self.newcomer is not None and self.prefill is None:  # a step that admits it alone (beside a tail: below)
             yield 1, RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context,
                               new_chunk=self.newcomer_chunk, new_selects=self.newcomer_selects)

@@ -7,6 +7,8 @@ steps after that.
 
 from __future__ import annotations
 
+from collections import Counter
+
 
 def first_new_block_step(capacity: int, stored: int) -> int:
     return capacity - stored + 1
@@ -50,6 +52,14 @@ def after_storing_each(firsts: list[int], num_positions: int, block_size: int) -
         return blocks_taken_by(firsts, num_positions, block_size), shifted
     needs = [(num_positions - first) // block_size + 1 if first <= num_positions else 0 for first in firsts]
     return sum(needs), [first - num_positions + need * block_size for first, need in zip(firsts, needs)]
+
+
+def blocks_each_step(firsts: list[int], num_steps: int, block_size: int) -> list[int]:
+    """New blocks each of the next `num_steps` decode steps takes, for requests whose next new
+    block comes at `firsts`, each at most block_size: a request takes one at step first, then
+    every block_size steps, so a step takes one for each request of its offset."""
+    by_offset = Counter(firsts)
+    return [by_offset[step % block_size + 1] for step in range(num_steps)]
 
 
 def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) -> int:

@@ -24,6 +24,7 @@ import simpy
 from backends.base import CostModel, step_extras
 from policies.protocol import Policy
 from policies.stretch import Stretch, run_aggregates
+from simcore.decode_blocks import blocks_each_step
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.request import Request, Status
@@ -295,6 +296,8 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         requests in the queue that arrived after it started (None: none)."""
         num_steps = len(ends)
         policy.begin_stretch(part, starts[0])
+        if part.readmits:
+            return apply_readmits(part, starts, ends, taken, late)
         chunk = part.chunk
         completes = part.reaches_tail(num_steps)  # its last step completes the prompt
         if num_steps == 1:  # one step (a run cut short, or a prefill step before decodes): one row, as a single step's
@@ -337,6 +340,32 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
             range(first_step, first_step + num_steps), starts, taken, 0, _prompt_tokens(part, num_steps, completes),
             0, 0, 0, waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
         ), counts)
+
+    def apply_readmits(part, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
+                       late: list[int] | None) -> None:
+        """apply_part for a stretch that admits its prompt and preempts it in turn (its first
+        step's admission or preemption is begin_stretch's): a record per step, its counts worked
+        out from the state before and the decodes' new blocks."""
+        num_steps, num_decodes, chunk = len(ends), len(part.decoders), part.chunk
+        lead = 1 if part.victims else 0  # a first step that preempts the prompt
+        # The queue without the prompt (begin_stretch admitted it, or put it back at the head).
+        first_step, num_waiting = policy.num_steps, len(policy.waiting) - lead
+        blocks, resident = policy.bm.num_used_blocks, policy.num_resident_tokens
+        held = policy.bm.blocks_for(chunk)
+        new_blocks = blocks_each_step(part.decode_firsts, num_steps, policy.bm.block_size)
+        release_turns(policy.apply_stretch(part, ends), ends[-1])
+        _, _, num_swapped, _, blocks_shared, host_used, _ = state_after()
+        for step in range(num_steps):
+            blocks += new_blocks[step]
+            resident += num_decodes
+            arrived_later = late[step] if late is not None else 0
+            if step < lead or (step - lead) % 2:  # the prompt preempted, back in the queue
+                row = (num_decodes, 0, num_decodes, num_decodes, num_decodes, num_waiting + 1 - arrived_later,
+                       num_swapped, blocks, blocks_shared, host_used, resident, 1)
+            else:  # the prompt admitted, with its chunk
+                row = (num_decodes + 1, chunk, num_decodes, num_decodes, num_decodes + 1, num_waiting - arrived_later,
+                       num_swapped, blocks + held, blocks_shared, host_used, resident + chunk, 0)
+            log.append((first_step + step, starts[step], taken[step], *row, 0, 0, 0))
 
     def end_at_horizon() -> None:
         state["end"] = "max_sim_time"

@@ -520,7 +520,8 @@ def test_steps_that_preempt_run_on_the_fast_path(monkeypatch, name, budget, bloc
 
     def spy(self, stretch, now):  # noqa: ANN001, ANN202
         if stretch.victims:
-            assert stretch.num_steps == 1 and stretch.prefill is None and stretch.newcomer is None
+            # A step of its own, or the first of a readmission cycle (`policies.readmit_cycle`).
+            assert stretch.newcomer is None and (stretch.readmits or stretch.num_steps == 1 and stretch.prefill is None)
             # The prompt's own chunk found too few blocks where the decodes alone fit.
             decodes_fit = self.bm.max_decode_steps(stretch.decode_ids, 1, stretch.decode_firsts) == 1
             own_chunk = decodes_fit and stretch.victims == [self.running[-1]] and self.running[-1].is_prefilling

@@ -1,0 +1,150 @@
+"""A prompt admitted and preempted in turn, taken as one stretch (the fast path, under load).
+
+When the KV cache is nearly full, the head of the queue may find room for its first chunk but
+not for its second: a step admits it with that chunk beside the decodes, and the next step
+preempts it for recompute, as it is the newest running request: its next chunk finds too few
+blocks once the decodes took theirs, or the decodes alone find too few and it is their first
+victim. It heads the queue again, and the step after admits it again, while the decodes'
+blocks leave room for the first chunk. A cycle often starts with a step that preempts the
+prompt in progress, or the newest decoder, which then heads the queue. Under sustained load
+such steps were a fifth of a chunked-prefill run's parts, each planned and applied as a
+stretch of one step. Here a cycle's steps are planned together: each step's tests are worked
+out from the blocks its decodes take (a request's decodes take a block once every block_size
+steps, at its own offset), and the stretch (`Stretch.readmits`) is applied in one pass.
+
+Both steps are certain whatever arrives: no request could join the admitting step beside the
+prompt's chunk, which takes every token its budget leaves (or every seat), and the prompt
+stays at the head of the queue.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from policies.stretch import Stretch
+from simcore.request import Request
+
+
+class ReadmitCycleMixin:
+    # Provided by BasePolicy and its stretch planner.
+    options: Any
+    bm: Any
+    num_steps: int
+    num_resident_tokens: int
+    _preempted_at: dict[int, tuple[float, int, str]]
+    _now: float
+    _admit: Any
+    _admission_reserve: Any
+    _take_off_running: Any
+    _drop_for_recompute: Any
+    _note_resumed: Any
+    _record_decode_gaps: Any
+    _after_decode_steps: Any
+    _decoders_after: Any
+    _retire: Any
+    _carry: Any
+    _first_chunk_limit: Any
+    num_watermark_blocks: Any
+    can_preempt_in_stretch: Any
+
+    def _readmit_cycle(self, first: Stretch) -> Stretch | None:
+        """The steps that admit and preempt the head of the queue in turn, after `first` or
+        from it: a step that preempts one request alone for recompute (which then heads the
+        queue), or one that admits the head with a chunk beside every decode (planned by
+        `_prefill_stretch`). As many pairs as are certain, before any decoder finishes; None
+        where the step after an admitting one would not preempt the prompt."""
+        decoders = first.decoders
+        if first.num_steps != 1 or first.tail or first.newcomer is not None or not decoders \
+                or not self.can_preempt_in_stretch():
+            return None
+        num_decoders = len(decoders)
+        if first.victims:  # the cycle follows it, with the same checks as `_prefill_stretch`'s
+            if len(first.victims) != 1 or first.prefill is not None:
+                return None
+            prompt, lead = first.victims[0], 1
+            chunk = self._first_chunk_limit(num_decoders)
+            if chunk < 1 or num_decoders >= self.options.max_num_seqs or (prompt.num_outputs and chunk == 1):
+                return None
+            free = self.bm.num_free_blocks + self.bm.num_table_blocks[prompt.request_id]
+        else:
+            prompt, lead, chunk = first.prefill, 0, first.chunk
+            if not first.admits or prompt is None:
+                return None
+            free = self.bm.num_free_blocks
+        # No one could join an admitting step (see the module docstring).
+        if chunk < self.options.max_num_batched_tokens - num_decoders and num_decoders + 1 < self.options.max_num_seqs:
+            return None
+        # Its next chunk, as `plan_stretch` sizes it after the decodes.
+        next_chunk = min(prompt.num_tokens - chunk, chunk)
+        firsts = first.decode_firsts
+        bs = self.bm.block_size
+        if next_chunk < 1 or max(firsts) > bs:
+            return None
+        held = self.bm.blocks_for(chunk)  # the prompt's blocks once its chunk is stored
+        more = self.bm.blocks_for(chunk + next_chunk) - held  # and what its next chunk needs
+        if (2 + lead) * num_decoders + held + more <= free:
+            return None  # its next chunk fits, whatever the decodes take (the usual case)
+        by_offset = Counter(firsts)
+        free -= by_offset[1] * lead  # the preempting step's decodes
+        reserve = self.num_watermark_blocks()
+        num_pairs, most = 0, (first.steps_to_finish - 1 - lead) // 2  # no decoder finishes
+        while num_pairs < most:
+            step = lead + 2 * num_pairs
+            admit_blocks, preempt_blocks = by_offset[step % bs + 1], by_offset[(step + 1) % bs + 1]
+            # Admission finds blocks for the decodes and the chunk, the watermark kept free.
+            if admit_blocks + held + reserve > free:
+                break
+            left = free - admit_blocks - held
+            # The next step preempts the prompt alone: its decodes fit, but then not the
+            # prompt's next chunk; or they do not, and the prompt, the newest, is their first
+            # victim, and enough (`_decode_victims`).
+            if preempt_blocks > left + held or (preempt_blocks <= left and more <= left - preempt_blocks):
+                break
+            free -= admit_blocks + preempt_blocks
+            num_pairs += 1
+        if not num_pairs:
+            return None
+        return Stretch(lead + 2 * num_pairs, decoders, first.decode_ids, firsts, first.decode_context,
+                       first.steps_to_finish, prompt, chunk, admits=not lead, arrivals_wait=True,
+                       victims=first.victims, readmits=True)
+
+    def _apply_readmits(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
+        """apply_stretch for a stretch that admits and preempts its prompt in turn (its first
+        step's admission or preemption is begin_stretch's); none finishes. Cut after an
+        admitting step, it leaves the prompt running with its chunk."""
+        num_steps = len(step_ends)
+        prompt, chunk = stretch.prefill, stretch.chunk
+        assert prompt is not None
+        delivery = self.options.delivery_s
+        times = [end + delivery for end in step_ends] if delivery else step_ends
+        self._record_decode_gaps(stretch, num_steps, times, False)
+        # The prompt's steps first: its blocks come and go, and the decodes' blocks, taken
+        # below, were free throughout.
+        request_id, reserve = prompt.request_id, self._admission_reserve(prompt)
+        lead = 1 if stretch.victims else 0  # its first step's preemption is begin_stretch's
+        for step in range(lead, num_steps):
+            if (step - lead) % 2:  # preempted at the start of this step
+                self._now = step_ends[step - 1]
+                self._take_off_running(prompt)
+                self._drop_for_recompute(prompt)
+                continue
+            if step:
+                self._admit(prompt, step_ends[step - 1], reserve)
+            self.bm.append(request_id, chunk)
+            prompt.num_processed += chunk
+            self.num_resident_tokens += chunk
+            if self._preempted_at and request_id in self._preempted_at:
+                self._note_resumed(prompt, step_ends[step])
+        self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
+        # (No prefix cache: cycles are planned only without one.)
+        decoders, last = stretch.decoders, times[-1]
+        for request in decoders:
+            request.num_processed += num_steps
+            request.num_outputs += num_steps
+            request.last_token_s = last
+        self.num_resident_tokens += num_steps * len(decoders)
+        self.num_steps += num_steps
+        self._after_decode_steps()
+        self._carry = self._decoders_after(stretch, num_steps, False)
+        return self._retire([], prompt if (num_steps - lead) % 2 else None)
