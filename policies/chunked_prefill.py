@@ -128,9 +128,9 @@ class ChunkedPrefillPolicy(BasePolicy):
             # steps go on without it, or the step is left to stepping, as that test decides.
             stretch = self._prefill_stretch(self.waiting[0], list(running), admits=True)
             if stretch is not None:
-                # One step, where it is cut short of the prompt's next chunk by too few blocks:
-                # possibly the first of a readmission cycle.
-                if stretch.num_steps == 1 and not stretch.tail:
+                # Cut short of the prompt's next chunk by too few blocks: possibly the first
+                # admission of a readmission cycle.
+                if not stretch.tail and stretch.newcomer is None:
                     return self._readmit_cycle(stretch) or stretch
                 return stretch
         stretch = super().plan_stretch()

@@ -49,70 +49,87 @@ class ReadmitCycleMixin:
     can_preempt_in_stretch: Any
 
     def _readmit_cycle(self, first: Stretch) -> Stretch | None:
-        """The steps that admit and preempt the head of the queue in turn, after `first` or
-        from it: a step that preempts one request alone for recompute (which then heads the
-        queue), or one that admits the head with a chunk beside every decode (planned by
-        `_prefill_stretch`). As many pairs as are certain, before any decoder finishes; None
-        where the step after an admitting one would not preempt the prompt."""
+        """The steps that admit and preempt the head of the queue in turn, from `first` on: a
+        step that preempts one request alone for recompute (which then heads the queue), or
+        the steps that admit the head with its chunks beside every decode (planned by
+        `_prefill_stretch`, cut short of its next chunk by too few blocks). As many admissions
+        as are certain, each followed by the step that preempts the prompt, before any decoder
+        finishes; None where there is none."""
         decoders = first.decoders
-        if first.num_steps != 1 or first.tail or first.newcomer is not None or not decoders \
-                or not self.can_preempt_in_stretch():
+        if first.tail or first.newcomer is not None or not decoders or not self.can_preempt_in_stretch():
             return None
-        num_decoders = len(decoders)
+        num_decoders, bs = len(decoders), self.bm.block_size
         if first.victims:  # the cycle follows it, with the same checks as `_prefill_stretch`'s
-            if len(first.victims) != 1 or first.prefill is not None:
+            if first.num_steps != 1 or len(first.victims) != 1 or first.prefill is not None:
                 return None
             prompt, lead = first.victims[0], 1
             chunk = self._first_chunk_limit(num_decoders)
             if chunk < 1 or num_decoders >= self.options.max_num_seqs or (prompt.num_outputs and chunk == 1):
                 return None
             free = self.bm.num_free_blocks + self.bm.num_table_blocks[prompt.request_id]
+            # Readmitted whole, even if every decode took a block every step: no cycle (the usual case).
+            most_steps = 2 + prompt.num_tokens // chunk
+            if num_decoders * most_steps + self.bm.blocks_for(prompt.num_tokens) <= free:
+                return None
         else:
             prompt, lead, chunk = first.prefill, 0, first.chunk
             if not first.admits or prompt is None:
                 return None
             free = self.bm.num_free_blocks
+            # Its next chunk fits, even if every decode took a block every step (the usual case).
+            if num_decoders * (first.num_steps + 1) + self.bm.blocks_for((first.num_steps + 1) * chunk) <= free:
+                return None
         # No one could join an admitting step (see the module docstring).
         if chunk < self.options.max_num_batched_tokens - num_decoders and num_decoders + 1 < self.options.max_num_seqs:
             return None
-        # Its next chunk, as `plan_stretch` sizes it after the decodes.
-        next_chunk = min(prompt.num_tokens - chunk, chunk)
         firsts = first.decode_firsts
-        bs = self.bm.block_size
-        if next_chunk < 1 or max(firsts) > bs:
+        if max(firsts) > bs:
             return None
-        held = self.bm.blocks_for(chunk)  # the prompt's blocks once its chunk is stored
-        more = self.bm.blocks_for(chunk + next_chunk) - held  # and what its next chunk needs
-        if (2 + lead) * num_decoders + held + more <= free:
-            return None  # its next chunk fits, whatever the decodes take (the usual case)
+        pending = prompt.num_tokens  # all its positions, once it is preempted (or from the queue)
+        full_chunks = (pending - 1) // chunk  # chunks before its last
         by_offset = Counter(firsts)
         free -= by_offset[1] * lead  # the preempting step's decodes
-        reserve = self.num_watermark_blocks()
-        num_pairs, most = 0, (first.steps_to_finish - 1 - lead) // 2  # no decoder finishes
-        while num_pairs < most:
-            step = lead + 2 * num_pairs
-            admit_blocks, preempt_blocks = by_offset[step % bs + 1], by_offset[(step + 1) % bs + 1]
-            # Admission finds blocks for the decodes and the chunk, the watermark kept free.
-            if admit_blocks + held + reserve > free:
+        reserve, blocks_for = self.num_watermark_blocks(), self.bm.blocks_for
+        admissions: list[int] = []
+        step = lead  # steps so far
+        while True:
+            # Admission finds blocks for the decodes and the first chunk, the watermark kept free.
+            if by_offset[step % bs + 1] + blocks_for(chunk) + reserve > free:
                 break
-            left = free - admit_blocks - held
-            # The next step preempts the prompt alone: its decodes fit, but then not the
+            # Its chunks, while the decodes' blocks and theirs fit (as `_steps_with_blocks`
+            # finds them), up to its last (the admitting stretch ends before it).
+            num_chunks, grown = 0, 0
+            while num_chunks < full_chunks:
+                taken = by_offset[(step + num_chunks) % bs + 1]
+                if grown + taken + blocks_for((num_chunks + 1) * chunk) > free:
+                    break
+                grown, num_chunks = grown + taken, num_chunks + 1
+            stored = num_chunks * chunk
+            if not num_chunks or step + num_chunks + 1 >= first.steps_to_finish:
+                break  # (no decoder finishes in the cycle)
+            if not admissions and not lead and num_chunks != first.num_steps:
+                return None  # not the planner's stretch: a safety net
+            # The step after preempts the prompt alone: its decodes fit, but then not the
             # prompt's next chunk; or they do not, and the prompt, the newest, is their first
             # victim, and enough (`_decode_victims`).
+            held = blocks_for(stored)
+            more = blocks_for(stored + min(pending - stored, chunk)) - held
+            left = free - grown - held
+            preempt_blocks = by_offset[(step + num_chunks) % bs + 1]
             if preempt_blocks > left + held or (preempt_blocks <= left and more <= left - preempt_blocks):
                 break
-            free -= admit_blocks + preempt_blocks
-            num_pairs += 1
-        if not num_pairs:
+            admissions.append(num_chunks)
+            free = left + held - preempt_blocks
+            step += num_chunks + 1
+        if not admissions:
             return None
-        return Stretch(lead + 2 * num_pairs, decoders, first.decode_ids, firsts, first.decode_context,
-                       first.steps_to_finish, prompt, chunk, admits=not lead, arrivals_wait=True,
-                       victims=first.victims, readmits=True)
+        return Stretch(step, decoders, first.decode_ids, firsts, first.decode_context, first.steps_to_finish, prompt,
+                       chunk, admits=not lead, arrivals_wait=True, victims=first.victims, readmits=tuple(admissions))
 
     def _apply_readmits(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """apply_stretch for a stretch that admits and preempts its prompt in turn (its first
         step's admission or preemption is begin_stretch's); none finishes. Cut after an
-        admitting step, it leaves the prompt running with its chunk."""
+        admitting step, it leaves the prompt running with its chunks."""
         num_steps = len(step_ends)
         prompt, chunk = stretch.prefill, stretch.chunk
         assert prompt is not None
@@ -122,14 +139,15 @@ class ReadmitCycleMixin:
         # The prompt's steps first: its blocks come and go, and the decodes' blocks, taken
         # below, were free throughout.
         request_id, reserve = prompt.request_id, self._admission_reserve(prompt)
-        lead = 1 if stretch.victims else 0  # its first step's preemption is begin_stretch's
-        for step in range(lead, num_steps):
-            if (step - lead) % 2:  # preempted at the start of this step
-                self._now = step_ends[step - 1]
-                self._take_off_running(prompt)
-                self._drop_for_recompute(prompt)
+        stored_after = stretch.readmit_positions(num_steps)
+        for step, stored in enumerate(stored_after):
+            if not stored:  # preempted at the start of this step (the first step's: begin_stretch)
+                if step:
+                    self._now = step_ends[step - 1]
+                    self._take_off_running(prompt)
+                    self._drop_for_recompute(prompt)
                 continue
-            if step:
+            if stored == chunk and step:  # admitted again (the first step's admission: begin_stretch)
                 self._admit(prompt, step_ends[step - 1], reserve)
             self.bm.append(request_id, chunk)
             prompt.num_processed += chunk
@@ -147,4 +165,4 @@ class ReadmitCycleMixin:
         self.num_steps += num_steps
         self._after_decode_steps()
         self._carry = self._decoders_after(stretch, num_steps, False)
-        return self._retire([], prompt if (num_steps - lead) % 2 else None)
+        return self._retire([], prompt if stored_after[-1] else None)

@@ -84,13 +84,13 @@ class Stretch:
     # chunk after them, find too few blocks free (`BasePolicy._decode_victims`). Such a step
     # admits nothing; `decoders` are the rest of the batch.
     victims: list[Request] | None = None
-    # A prompt that the batch has no room to keep, admitted again and again: the stretch's
-    # steps admit `prefill` from the head of the queue with its first `chunk`, and preempt it
-    # for recompute, in turn (its next chunk, or the decodes, find too few blocks free). The
-    # first step admits it (`admits`), or preempts it (`victims`, the one request that step
-    # preempts: then the running `prefill`). Every decoder decodes in every step and none
-    # finishes. See `policies.readmit_cycle`.
-    readmits: bool = False
+    # A prompt that the batch has no room to keep, admitted again and again (`policies.
+    # readmit_cycle`): each admission takes `prefill` from the head of the queue and runs as
+    # many of its chunks as this tuple says, one a step, and the next step preempts it for
+    # recompute (its next chunk, or the decodes, find too few blocks free). The first step
+    # admits it (`admits`), or preempts it first (`victims`: it alone, then running). Every
+    # decoder decodes in every step and none finishes.
+    readmits: tuple[int, ...] = ()
     # Departures in finish order, worked out when first needed (see `departures`), and the
     # stretch length they cover.
     _sorted: list[tuple[int, int, int]] | None = None
@@ -146,6 +146,15 @@ class Stretch:
             yield part
             part = part.next_part()
 
+    def readmit_positions(self, num_steps: int) -> list[int]:
+        """For a readmission cycle (`readmits`), the prompt's positions stored after each of its
+        first `num_steps` steps: 0 after a step that preempts it."""
+        stored = [0] if self.victims else []
+        for num_chunks in self.readmits:
+            stored += range(self.chunk, (num_chunks + 1) * self.chunk, self.chunk)
+            stored.append(0)
+        return stored[:num_steps]
+
     def reaches_tail(self, num_steps: int) -> bool:
         """Whether the first `num_steps` steps include the one that completes the prompt."""
         return self.tail > 0 and num_steps == self.num_steps
@@ -159,10 +168,10 @@ class Stretch:
         shape, or one per span between finishes, since the batch shrinks after each; and the
         step of the prompt's last chunk (the tail) on its own."""
         limit = self.num_steps if num_steps is None else num_steps
-        if self.readmits:  # a step with the prompt's first chunk, then one without it, in turn
-            n, chunk, lead = len(self.decoders), self.chunk, 1 if self.victims else 0
-            for step in range(limit):
-                yield 1, RunShape(n, self.decode_context + step * n, chunk if step >= lead and not (step - lead) % 2 else 0)
+        if self.readmits:  # steps with the prompt's chunks, then one without it, in turn
+            n, chunk = len(self.decoders), self.chunk
+            for step, stored in enumerate(self.readmit_positions(limit)):
+                yield 1, RunShape(n, self.decode_context + step * n, chunk if stored else 0, max(stored - chunk, 0))
             return
         if self.newcomer is not None and self.prefill is None:  # a step that admits it alone (beside a tail: below)
             yield 1, RunShape(len(self.decoders), self.decode_context, self.chunk, self.prefill_context,

@@ -347,24 +347,23 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         step's admission or preemption is begin_stretch's): a record per step, its counts worked
         out from the state before and the decodes' new blocks."""
         num_steps, num_decodes, chunk = len(ends), len(part.decoders), part.chunk
-        lead = 1 if part.victims else 0  # a first step that preempts the prompt
         # The queue without the prompt (begin_stretch admitted it, or put it back at the head).
-        first_step, num_waiting = policy.num_steps, len(policy.waiting) - lead
+        first_step, num_waiting = policy.num_steps, len(policy.waiting) - (1 if part.victims else 0)
         blocks, resident = policy.bm.num_used_blocks, policy.num_resident_tokens
-        held = policy.bm.blocks_for(chunk)
         new_blocks = blocks_each_step(part.decode_firsts, num_steps, policy.bm.block_size)
+        stored_after = part.readmit_positions(num_steps)
         release_turns(policy.apply_stretch(part, ends), ends[-1])
         _, _, num_swapped, _, blocks_shared, host_used, _ = state_after()
-        for step in range(num_steps):
+        for step, stored in enumerate(stored_after):
             blocks += new_blocks[step]
             resident += num_decodes
             arrived_later = late[step] if late is not None else 0
-            if step < lead or (step - lead) % 2:  # the prompt preempted, back in the queue
+            if stored:  # the prompt running, with its chunks so far
+                row = (num_decodes + 1, chunk, num_decodes, num_decodes, num_decodes + 1, num_waiting - arrived_later,
+                       num_swapped, blocks + policy.bm.blocks_for(stored), blocks_shared, host_used, resident + stored, 0)
+            else:  # the prompt preempted, back in the queue
                 row = (num_decodes, 0, num_decodes, num_decodes, num_decodes, num_waiting + 1 - arrived_later,
                        num_swapped, blocks, blocks_shared, host_used, resident, 1)
-            else:  # the prompt admitted, with its chunk
-                row = (num_decodes + 1, chunk, num_decodes, num_decodes, num_decodes + 1, num_waiting - arrived_later,
-                       num_swapped, blocks + held, blocks_shared, host_used, resident + chunk, 0)
             log.append((first_step + step, starts[step], taken[step], *row, 0, 0, 0))
 
     def end_at_horizon() -> None:
