@@ -408,10 +408,28 @@ class StretchMixin:
             return self._apply_readmits(stretch, step_ends)
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else step_ends
-        last = times[-1]
+        first, last = times[0], times[-1]
         departures = stretch.has_departures(num_steps)
         if running:
-            self._record_decode_gaps(stretch, num_steps, times, departures)
+            lasts = [request.last_token_s for request in running]
+            num_alike = lasts.count(lasts[0])
+            if num_alike == len(lasts):  # each decoded in the same step (the usual case)
+                self.itl.add(first - lasts[0], num_alike)
+            elif num_alike == len(lasts) - 1 and lasts[-1] != lasts[0]:
+                # All but the newest, admitted by the step before (a run that follows an
+                # admission): add_gaps' entries, without its passes.
+                self.itl.add_two(first - lasts[0], num_alike, first - lasts[-1])
+            else:
+                self.itl.add_gaps([first - t for t in lasts])
+            gaps = list(map(sub, times[1:], times[:-1]))
+            if departures:
+                counts = _decoders_per_gap(stretch, num_steps)
+                if not counts[-1]:  # a prompt's chunks went on after every decoder finished
+                    none_left = counts.index(0)
+                    del gaps[none_left:], counts[none_left:]
+                self.itl.add_weighted(gaps, counts)
+            elif gaps:  # none in a run of one step
+                self.itl.add_run(gaps, len(running))
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
         # The blocks it is grown for the steps it does not take go back with the rest when it
         # finishes (departures happen only where blocks are counts), and the plan counted them.
@@ -471,31 +489,6 @@ class StretchMixin:
         else:
             self._carry = self._decoders_after(stretch, num_steps, completes)
         return self._retire(done, still_prefilling)
-
-    def _record_decode_gaps(self, stretch: Stretch, num_steps: int, times: list[float], departures: bool) -> None:
-        """The inter-token gaps of the stretch's decoders in its first `num_steps` steps, whose
-        tokens reach their clients at `times` (`departures`: some finish before the last)."""
-        running = stretch.decoders
-        first = times[0]
-        lasts = [request.last_token_s for request in running]
-        num_alike = lasts.count(lasts[0])
-        if num_alike == len(lasts):  # each decoded in the same step (the usual case)
-            self.itl.add(first - lasts[0], num_alike)
-        elif num_alike == len(lasts) - 1 and lasts[-1] != lasts[0]:
-            # All but the newest, admitted by the step before (a run that follows an
-            # admission): add_gaps' entries, without its passes.
-            self.itl.add_two(first - lasts[0], num_alike, first - lasts[-1])
-        else:
-            self.itl.add_gaps([first - t for t in lasts])
-        gaps = list(map(sub, times[1:], times[:-1]))
-        if departures:
-            counts = _decoders_per_gap(stretch, num_steps)
-            if not counts[-1]:  # a prompt's chunks went on after every decoder finished
-                none_left = counts.index(0)
-                del gaps[none_left:], counts[none_left:]
-            self.itl.add_weighted(gaps, counts)
-        elif gaps:  # none in a run of one step
-            self.itl.add_run(gaps, len(running))
 
     def _resumed_in(self, stretch: Stretch, num_steps: int, step_ends: list[float]) -> None:
         """The prompt of a stretch that was preempted: once a step brings it back where it was,

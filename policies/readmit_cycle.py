@@ -1,25 +1,27 @@
 """A prompt admitted and preempted in turn, taken as one stretch (the fast path, under load).
 
-When the KV cache is nearly full, the head of the queue may find room for its first chunk but
-not for its second: a step admits it with that chunk beside the decodes, and the next step
+When the KV cache is nearly full, the head of the queue may find room for its first chunks but
+not for the rest: steps admit it and run those chunks beside the decodes, and the next step
 preempts it for recompute, as it is the newest running request: its next chunk finds too few
 blocks once the decodes took theirs, or the decodes alone find too few and it is their first
 victim. It heads the queue again, and the step after admits it again, while the decodes'
-blocks leave room for the first chunk. A cycle often starts with a step that preempts the
+blocks leave room for its first chunk. A cycle often starts with a step that preempts the
 prompt in progress, or the newest decoder, which then heads the queue. Under sustained load
-such steps were a fifth of a chunked-prefill run's parts, each planned and applied as a
-stretch of one step. Here a cycle's steps are planned together: each step's tests are worked
-out from the blocks its decodes take (a request's decodes take a block once every block_size
-steps, at its own offset), and the stretch (`Stretch.readmits`) is applied in one pass.
+these admissions and preemptions were a fifth of a chunked-prefill run's parts, each planned
+and applied as a stretch of a step or two. Here a cycle's steps are planned together: each
+step's block tests are worked out from the blocks its decodes take (a request's decodes take a
+block once every block_size steps, at its own offset), and the stretch (`Stretch.readmits`)
+is applied in one pass.
 
-Both steps are certain whatever arrives: no request could join the admitting step beside the
-prompt's chunk, which takes every token its budget leaves (or every seat), and the prompt
-stays at the head of the queue.
+Its steps are certain whatever arrives: no request could join an admitting step beside the
+prompt's chunk, which takes every token the step's budget leaves (or the last seat), and the
+prompt stays at the head of the queue.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from operator import sub
 from typing import Any
 
 from policies.stretch import Stretch
@@ -39,7 +41,7 @@ class ReadmitCycleMixin:
     _take_off_running: Any
     _drop_for_recompute: Any
     _note_resumed: Any
-    _record_decode_gaps: Any
+    itl: Any
     _after_decode_steps: Any
     _decoders_after: Any
     _retire: Any
@@ -56,7 +58,9 @@ class ReadmitCycleMixin:
         as are certain, each followed by the step that preempts the prompt, before any decoder
         finishes; None where there is none."""
         decoders = first.decoders
-        if first.tail or first.newcomer is not None or not decoders or not self.can_preempt_in_stretch():
+        # (Admission that reserves every block up front is never planned as a stretch.)
+        if first.tail or first.newcomer is not None or not decoders or not self.can_preempt_in_stretch() \
+                or self.options.admission == "reserve":
             return None
         num_decoders, bs = len(decoders), self.bm.block_size
         if first.victims:  # the cycle follows it, with the same checks as `_prefill_stretch`'s
@@ -135,7 +139,11 @@ class ReadmitCycleMixin:
         assert prompt is not None
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else step_ends
-        self._record_decode_gaps(stretch, num_steps, times, False)
+        # The decoders' gaps, as stepping adds them: each one's first, then one a step for all.
+        decoders = stretch.decoders
+        self.itl.add_gaps([times[0] - request.last_token_s for request in decoders])
+        if num_steps > 1:
+            self.itl.add_run(list(map(sub, times[1:], times[:-1])), len(decoders))
         # The prompt's steps first: its blocks come and go, and the decodes' blocks, taken
         # below, were free throughout.
         request_id, reserve = prompt.request_id, self._admission_reserve(prompt)
@@ -156,7 +164,7 @@ class ReadmitCycleMixin:
                 self._note_resumed(prompt, step_ends[step])
         self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
         # (No prefix cache: cycles are planned only without one.)
-        decoders, last = stretch.decoders, times[-1]
+        last = times[-1]
         for request in decoders:
             request.num_processed += num_steps
             request.num_outputs += num_steps

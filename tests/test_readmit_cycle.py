@@ -115,7 +115,7 @@ def test_random_crowded_configurations_match_stepping(seed):
         chunk = rng.choice([2, 4, 8, 16, 200])
         budget = rng.choice([chunk, chunk, 16, 48])
         block_size, num_blocks = rng.choice([1, 2, 4, 8]), rng.choice([12, 16, 24, 40])
-        admission = rng.choice(["optimistic", "watermark"])
+        admission = rng.choice(["optimistic", "watermark", "reserve"])
         requests, t = [], 0.0
         for i in range(rng.randint(20, 60)):
             t += rng.expovariate(rng.choice([50.0, 1000.0]))
