@@ -38,7 +38,7 @@ def options(num_blocks: int, admission: str, seats: int = 12, budget: int = 16) 
     (0, 24, "optimistic"), (1, 24, "watermark"), (2, 32, "optimistic"), (3, 48, "watermark"),
 ])
 def test_readmission_cycles_run_as_one_stretch_and_match_stepping(monkeypatch, seed, num_blocks, admission):
-    """Where the head of the queue finds room for its first chunk but not its second, the steps
+    """Where the head of the queue finds room for its first chunks but not the next, the steps
     that admit it and preempt it again, in turn, are one stretch; every table, the gaps, the
     preemption counts and the recompute delays equal stepping's."""
     applied = _spy_parts(monkeypatch)
