@@ -263,25 +263,24 @@ class StepLog:
 
 def _expand_run_column(entries: Sequence[Any], lengths: np.ndarray, dtype: type) -> np.ndarray:
     """One column of runs (an entry per run, in any of `StepLog.add_run`'s forms) as a value
-    per step. Most columns hold one value per run, some a (body, last) pair: those in bulk."""
+    per step. Most columns hold one value per run, some a (body, last) pair: those in bulk; the
+    few runs with every step's values (lists) are then written over their rows."""
     first = entries[0] if entries else None
     if type(first) is int and entries.count(first) == len(entries):  # one value throughout (swaps, copies...)
         return np.full(int(lengths.sum()), first, dtype=dtype)
     kinds = set(map(type, entries))
-    if list in kinds:  # every step's values, in some run (rare): run by run
-        values = []
-        for entry, length in zip(entries, lengths.tolist()):
-            if type(entry) is list:
-                values.extend(entry)
-            elif type(entry) is tuple:
-                values.extend([entry[0]] * (length - 1))
-                values.append(entry[1])
-            else:
-                values.extend([entry] * length)
-        return np.array(values, dtype=dtype)
-    if tuple not in kinds:
+    if tuple not in kinds and list not in kinds:
         return np.repeat(np.array(entries, dtype=dtype), lengths)
-    body = [entry[0] if type(entry) is tuple else entry for entry in entries]
+    # A list's first and last values stand for it in the bulk pass (its rows are then written).
+    body = [entry[0] if type(entry) is tuple or type(entry) is list else entry for entry in entries]
     column = np.repeat(np.array(body, dtype=dtype), lengths)
-    column[np.cumsum(lengths) - 1] = [entry[1] if type(entry) is tuple else entry for entry in entries]
+    ends = np.cumsum(lengths)
+    column[ends - 1] = [entry[-1] if type(entry) is tuple or type(entry) is list else entry for entry in entries]
+    if list in kinds:
+        ends, run_lengths = ends.tolist(), lengths.tolist()
+        for index in [index for index, entry in enumerate(entries) if type(entry) is list]:
+            values, end = entries[index], ends[index]
+            if len(values) != run_lengths[index]:
+                raise ValueError(f"step log: a run of {run_lengths[index]} steps has {len(values)} values in a column")
+            column[end - len(values):end] = values
     return column
