@@ -61,6 +61,18 @@ def test_rows_and_runs_read_back_in_order(seed, spill, tmp_path, monkeypatch):
         np.testing.assert_array_equal(got[name], want, err_msg=name)
 
 
+def test_a_run_whose_column_list_has_the_wrong_length_is_an_error():
+    log = StepLog()
+    rng = random.Random(0)
+    columns, rows = _random_run(rng, 0, 5)
+    columns = list(columns)
+    columns[STEP_COLUMNS.index("num_waiting")] = [1, 2, 3]  # three values for a run of five steps
+    columns[STEP_COLUMNS.index("num_seqs")] = (4, 7)  # so that the column is not one value throughout
+    log.add_run(len(rows), tuple(columns))
+    with pytest.raises(ValueError, match="a run of 5 steps has 3 values"):
+        log.as_dict()
+
+
 @pytest.mark.parametrize("spill", [False, True])
 @pytest.mark.parametrize("seed", range(3))
 def test_runs_with_derived_counts_read_back_in_order(seed, spill, tmp_path, monkeypatch):
