@@ -433,8 +433,12 @@ class StretchMixin:
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
         # The blocks it is grown for the steps it does not take go back with the rest when it
         # finishes (departures happen only where blocks are counts), and the plan counted them.
+        prefill = stretch.prefill
         if running:  # a step that admits a request alone decodes none
-            self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
+            # The prompt holds blocks and does not decode (a newcomer that the first step
+            # admitted does not either: the block counter then finds the batch incomplete).
+            self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts,
+                                        (prefill.request_id,) if prefill is not None else ())
         if self.bm.enable_prefix_caching:
             for request in running:
                 before = request.num_processed
@@ -453,7 +457,6 @@ class StretchMixin:
             done = self._settle_departures(stretch, times)
         elif running and num_steps >= stretch.steps_to_finish:
             done = [request for request in running if request.num_outputs >= request._num_target]
-        prefill = stretch.prefill
         completes = False
         if prefill is not None:
             completes = stretch.reaches_tail(num_steps)

@@ -162,7 +162,8 @@ class ReadmitCycleMixin:
             self.num_resident_tokens += chunk
             if self._preempted_at and request_id in self._preempted_at:
                 self._note_resumed(prompt, step_ends[step])
-        self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts)
+        # The prompt, where it holds blocks now, did not decode.
+        self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, (request_id,))
         # (No prefix cache: cycles are planned only without one.)
         last = times[-1]
         for request in decoders:

@@ -9,8 +9,9 @@ to `BlockManager` (tested); the runner picks it automatically.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
-from operator import sub
+from operator import add
 
 from simcore.block_manager import PrefixHit
 from simcore.decode_blocks import BlockArithmetic, max_steps_within
@@ -28,20 +29,26 @@ class BlockCounter(BlockArithmetic):
         # A plain attribute, not BlockManager's property: read a few times every run.
         self.num_free_blocks = num_blocks
         self.num_table_blocks: dict[int, int] = {}
-        # Per request, the decode step that first needs a new block: free slots in its blocks + 1.
-        # Kept instead of the stored positions because decode runs read and advance it.
+        # Per request, the decode step that first needs a new block (free slots in its blocks
+        # + 1), plus `_bulk_steps`. Kept instead of the stored positions because decode runs
+        # read and advance it.
         self._first_new: dict[int, int] = {}
+        # Decode steps that every request holding blocks took together (`append_decode_steps`):
+        # counted once here rather than taken off each request's entry, run after run.
+        self._bulk_steps = 0
         # No block is ever shared, so no reference is ever revived: an empty mapping suffices.
         self.ref_counts: dict[int, int] = {}
 
     @property
     def num_positions(self) -> dict[int, int]:
         """Positions each request stores (derived: a copy, for checks and reports)."""
-        bs = self.block_size
-        return {rid: held * bs - self._first_new[rid] + 1 for rid, held in self.num_table_blocks.items()}
+        bs, bulk = self.block_size, self._bulk_steps
+        return {rid: held * bs - self._first_new[rid] + bulk + 1 for rid, held in self.num_table_blocks.items()}
 
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
-        beyond = num_new_positions - self._first_new.get(request_id, 1) + 1  # positions past the free slots
+        stored = self._first_new.get(request_id)
+        # Positions past the free slots (none for a request without blocks).
+        beyond = num_new_positions if stored is None else num_new_positions - stored + self._bulk_steps + 1
         return -(-beyond // self.block_size) if beyond > 0 else 0
 
     def lookup_prefix(self, hashes, contents, root=()) -> PrefixHit:  # noqa: ANN001
@@ -55,7 +62,7 @@ class BlockCounter(BlockArithmetic):
             raise MemoryError(f"request {request_id}: needs {need} blocks, {self.num_free_blocks} free")
         self.num_free_blocks -= need
         self.num_table_blocks[request_id] = need
-        self._first_new[request_id] = need * self.block_size + 1
+        self._first_new[request_id] = need * self.block_size + 1 + self._bulk_steps
 
     def append(self, request_id: int, num_new_positions: int) -> list[tuple[int, int]]:
         if num_new_positions <= 0:
@@ -84,13 +91,21 @@ class BlockCounter(BlockArithmetic):
 
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
-        return list(map(self._first_new.__getitem__, request_ids))
+        bulk = self._bulk_steps
+        return [stored - bulk for stored in map(self._first_new.__getitem__, request_ids)]
 
-    def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None) -> None:
+    def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None,
+                            others: Sequence[int] = ()) -> None:
+        """Append one position per request per step for `num_steps` steps. `others`: requests
+        holding blocks that do not decode (a prompt beside the decodes), when the caller knows
+        them: where they and `request_ids` are all the requests holding blocks, the steps are
+        counted once for all (`_bulk_steps`) and only `others` and the requests that take a
+        block are touched."""
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
         bs = self.block_size
         first_new, tables = self._first_new, self.num_table_blocks
+        in_bulk = len(request_ids) + len(others) == len(tables) and all([rid in tables for rid in others])
         if num_steps <= bs:
             # At most one new block each, for those whose first comes within the run (the usual
             # case: runs end at arrivals long before a block fills twice).
@@ -98,7 +113,12 @@ class BlockCounter(BlockArithmetic):
             if len(growing) > self.num_free_blocks:
                 raise MemoryError(f"decode steps need {len(growing)} blocks, {self.num_free_blocks} free")
             self.num_free_blocks -= len(growing)
-            first_new.update(zip(request_ids, map(sub, firsts, repeat(num_steps))))
+            if in_bulk:
+                self._bulk_steps += num_steps
+                for rid in others:  # they did not decode: back where they were
+                    first_new[rid] += num_steps
+            else:
+                first_new.update(zip(request_ids, map(add, firsts, repeat(self._bulk_steps - num_steps))))
             for rid in growing:
                 tables[rid] += 1
                 first_new[rid] += bs
@@ -109,7 +129,15 @@ class BlockCounter(BlockArithmetic):
         if taken > self.num_free_blocks:
             raise MemoryError(f"decode steps need {taken} blocks, {self.num_free_blocks} free")
         self.num_free_blocks -= taken
-        first_new.update(zip(request_ids, [first - num_steps + need * bs for first, need in zip(firsts, needs)]))
+        if in_bulk:
+            self._bulk_steps += num_steps
+            for rid in others:
+                first_new[rid] += num_steps
+            if taken:
+                first_new.update([(rid, first_new[rid] + need * bs) for rid, need in zip(request_ids, needs) if need])
+        else:
+            shift = self._bulk_steps - num_steps
+            first_new.update(zip(request_ids, [first + shift + need * bs for first, need in zip(firsts, needs)]))
         if taken:
             tables.update([(rid, tables[rid] + need) for rid, need in zip(request_ids, needs) if need])
 
@@ -118,7 +146,7 @@ class BlockCounter(BlockArithmetic):
         if held + self.num_free_blocks != self.num_blocks:
             raise AssertionError(f"block accounting does not add up: {held} held + {self.num_free_blocks} free")
         for rid, num in self.num_table_blocks.items():
-            first = self._first_new[rid]
+            first = self._first_new[rid] - self._bulk_steps
             if not 1 <= first <= num * self.block_size + 1:
                 raise AssertionError(f"request {rid}: {num} blocks cannot hold "
                                      f"{num * self.block_size - first + 1} positions")

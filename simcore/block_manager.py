@@ -210,11 +210,13 @@ class BlockManager(BlockArithmetic):
         bs = self.block_size
         return [first_new_block_step(len(self.block_tables[rid]) * bs, self.num_positions[rid]) for rid in request_ids]
 
-    def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None) -> None:
+    def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None,
+                            others: Sequence[int] = ()) -> None:
         """Append one position per request per step for `num_steps` steps (no copy-on-write).
 
         New blocks are taken in the order stepping one by one would take them: step by step,
-        requests in the given order.
+        requests in the given order. (`others`, the requests holding blocks that do not decode,
+        matter to `BlockCounter` only.)
         """
         bs = self.block_size
         events: list[tuple[int, int]] = []
