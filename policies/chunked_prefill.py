@@ -15,7 +15,7 @@ from typing import Literal
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import steps_to_first_finish
+from policies.fast_path import steps_left
 from policies.stretch import Stretch
 from simcore.decode_blocks import decode_blocks_fit
 from simcore.request import Request, Status
@@ -176,8 +176,13 @@ class ChunkedPrefillPolicy(BasePolicy):
         if columns is None:
             return None
         ids, context, to_finish = columns
+        left = None  # each decoder's steps left, where read here (not carried)
         if to_finish is None:
-            to_finish = steps_to_first_finish(decoders) if decoders else total + 1
+            if decoders:
+                left = steps_left(decoders)
+                to_finish = min(left)
+            else:
+                to_finish = total + 1
         firsts = self.bm.first_new_block_steps(ids)
         if last_chunk_only:
             before = Stretch(0, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed)
@@ -194,7 +199,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         # With a queue, the steps before the last chunk's (`total`) run past finishes, which
         # then also come before the step that admits the next prompt.
         if to_finish < total + (num_waiting > 0) and self._can_run_past_finishes_beside(num_waiting, recompute):
-            stretch.remaining = self._steps_left(decoders, carry)
+            stretch.remaining = left if left is not None else self._steps_left(decoders, carry)
             if chunk < self.chunk_size:
                 stretch.chunk_cap = self.chunk_size
                 before_tail, last_chunk = self._chunks_past_finishes(stretch, pending)
