@@ -44,6 +44,15 @@ CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "
 _DEFAULT_TRANSFER_LATENCY_S = 10e-6
 # Shapes whose fixed step parts are kept at once (a bound on memory, far above what a run uses).
 _MAX_FIXED_SHAPES = 65536
+# iter_run_times prices a piece of at least this many steps by the larger attention term alone
+# where that term is the larger by _MARGIN (relative) at the piece's first and last steps. Each
+# term, a product and a quotient of floats, is within 2.3e-16 (relative) of its exact value, and
+# the exact terms are linear in the step: past such a margin at both ends, the larger at every
+# step, rounding included. Below the bound the two tests cost more than they save. Integers up to
+# _EXACT_INTS convert to floats exactly, as the argument needs.
+_MIN_STEPS_BOUND = 4
+_MARGIN = 1.0 + 1e-9
+_EXACT_INTS = 2**53
 
 
 @dataclass(frozen=True)
@@ -200,6 +209,25 @@ class RooflineCostModel:
                 attn_work, attn_step = 2 * shape.decode_context + n, 2 * n
                 kv_positions, kv_step = shape.decode_context + shape.prefill_context + n, n
                 dense, comm, overhead = fixed_by_shape.get((n, n, n)) or self._fixed_parts(n, n, n)
+            if num_steps >= _MIN_STEPS_BOUND:
+                # Where one of attention's two terms is the larger by a margin at the piece's
+                # first and last steps, it is at every step between (both grow linearly, and
+                # the margin is far above their rounding): the other need not be computed.
+                last = num_steps - 1
+                attn_last, kv_last = attn_work + last * attn_step, kv_positions + last * kv_step
+                if attn_last < _EXACT_INTS and kv_last < _EXACT_INTS:
+                    compute_first, memory_first = attn_work * per_work / compute_rate, kv_positions * per_position / mem_rate
+                    compute_last, memory_last = attn_last * per_work / compute_rate, kv_last * per_position / mem_rate
+                    if memory_first > compute_first * _MARGIN and memory_last > compute_last * _MARGIN:
+                        for _ in repeat(None, num_steps):
+                            yield dense + kv_positions * per_position / mem_rate + comm + overhead
+                            kv_positions += kv_step
+                        continue
+                    if compute_first > memory_first * _MARGIN and compute_last > memory_last * _MARGIN:
+                        for _ in repeat(None, num_steps):
+                            yield dense + attn_work * per_work / compute_rate + comm + overhead
+                            attn_work += attn_step
+                        continue
             for _ in repeat(None, num_steps):
                 # The same operations, in the same order, as _parts and _compute_time (whose
                 # maximum of two floats is the larger, the first at a tie, as here).

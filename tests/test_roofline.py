@@ -322,3 +322,33 @@ def test_a_copy_prices_the_same_and_starts_without_the_shape_cache():
     assert copy == cm and not copy._fixed_by_shape
     assert list(islice(copy.iter_step_times(shape), 4)) == before
     assert list(islice(cm.iter_step_times(shape), 4)) == before  # priced again from the cache
+
+
+@pytest.mark.parametrize("model_index", range(len(MODELS)))
+def test_pieces_priced_by_their_larger_attention_term_equal_both_terms(model_index):
+    """iter_run_times prices a piece by one attention term where that term is the larger by a
+    margin at both ends: the times equal the bulk pricing, which computes both, at every step,
+    on pieces where the larger term switches within the piece, or nearly does, and where not."""
+    from policies.stretch import run_aggregates
+    from simcore.plan import RunShape
+
+    model = MODELS[model_index]
+    switches = set()
+    for num_decodes in (0, 1, 9, 16, 64):
+        for chunk in [*range(0, 2400, 29), 64]:
+            for decode_context, prefill_context in ((0, 0), (100, 1_000), (500 * num_decodes, 30_000)):
+                if not num_decodes and not chunk:
+                    continue
+                shape = RunShape(num_decodes, decode_context if num_decodes else 0, chunk, prefill_context if chunk else 0)
+                num_steps = 4 + (chunk // 29) % 40
+                priced = list(model.iter_run_times([(num_steps, shape)]))
+                in_bulk = model.aggregate_step_times(*run_aggregates(shape, num_steps)).tolist()
+                assert priced == in_bulk, (num_decodes, chunk, decode_context, prefill_context)
+                _, _, _, attn_work, kv_positions = run_aggregates(shape, num_steps)
+                compute = attn_work * model._attn_flops_per_work / model._compute_rate
+                memory = kv_positions * model._kv_bytes_per_pos / model._mem_rate
+                if (compute > memory).any() and (memory > compute).any():
+                    switches.add("to compute" if memory[0] > compute[0] else "to memory")
+    # Pieces that switch, so that the test reaches the pricing of both terms (the first model's
+    # switch both ways).
+    assert switches == {"to compute", "to memory"} if model_index == 0 else switches
