@@ -259,8 +259,9 @@ class ChunkedPrefillPolicy(BasePolicy):
         """`stretch` (every chunk of its prompt but the last; none, for a stretch of no steps)
         and the step after it: the last chunk, the decodes, and the next waiting request
         admitted with its first chunk in the budget left, as `_run_prefill_chunks` would do it,
-        when nothing else could join that step."""
-        num_steps, prompt, chunk = stretch.num_steps, stretch.prefill, stretch.chunk
+        when nothing else could join that step (`stretch` itself, made longer; None, and
+        `stretch` unchanged, otherwise)."""
+        num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
         newcomer = self.waiting[1 if stretch.admits else 0]
         if self.options.admission == "reserve":
@@ -286,12 +287,12 @@ class ChunkedPrefillPolicy(BasePolicy):
         free = self.bm.num_free_blocks - need - self.num_watermark_blocks()
         if not decode_blocks_fit(stretch.decode_firsts, num_steps + 1, self.bm.block_size, free):
             return None
-        # A request that arrives before this step would join it where there is room (none could
-        # join the steps before: the queue waits, see _prefill_stretch).
-        return Stretch(num_steps + 1, stretch.decoders, stretch.decode_ids, stretch.decode_firsts,
-                       stretch.decode_context, stretch.steps_to_finish, prompt, chunk, stretch.prefill_context,
-                       tail=tail, chunk_cap=stretch.chunk_cap, admits=stretch.admits, newcomer=newcomer,
-                       newcomer_chunk=new_chunk, remaining=remaining, arrivals_wait=not has_room)
+        # The stretch, made for this plan alone, becomes the one a step longer. A request that
+        # arrives before that step would join it where there is room (none could join the steps
+        # before: the queue waits, see _prefill_stretch).
+        stretch.num_steps, stretch.tail, stretch.newcomer, stretch.newcomer_chunk = num_steps + 1, tail, newcomer, new_chunk
+        stretch.arrivals_wait = not has_room
+        return stretch
 
     def _chunks_past_finishes(self, stretch: Stretch, pending: int) -> tuple[int, int]:
         """(steps before the one that completes the prompt, its chunk) in a stretch whose chunk
