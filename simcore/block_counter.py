@@ -47,7 +47,7 @@ class BlockCounter(BlockArithmetic):
 
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
         stored = self._first_new.get(request_id)
-        # Positions past the free slots (none for a request without blocks).
+        # Positions past the free slots (all of them for a request with no table).
         beyond = num_new_positions if stored is None else num_new_positions - stored + self._bulk_steps + 1
         return -(-beyond // self.block_size) if beyond > 0 else 0
 
