@@ -41,34 +41,50 @@ class KVCacheConfig(Strict):
 class _PolicyCommon(Strict):
     # Name shown in tables and plots; defaults to the policy name (numbered if repeated).
     label: str | None = None
+    max_model_len: int | None = Field(None, ge=1)
+    # Per-policy switch for the prefix cache; unset means kv_cache.prefix_caching.
+    prefix_caching: bool | None = None
+
+
+class _BatchingCommon(_PolicyCommon):
+    """The step scheduler's options, which static batching has no use for (a group runs whole,
+    with every block reserved up front, and never preempts): a static entry rejects them as
+    unknown keys rather than ignore them."""
+
     max_num_seqs: int = Field(256, ge=1)
     max_num_batched_tokens: int = Field(8192, ge=1)
     admission: Literal["optimistic", "reserve", "watermark"] = "optimistic"
     watermark: float = Field(0.01, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
-    max_model_len: int | None = Field(None, ge=1)
-    # Per-policy switch for the prefix cache; unset means kv_cache.prefix_caching.
-    prefix_caching: bool | None = None
 
 
 class StaticPolicyConfig(_PolicyCommon):
     name: Literal["static"]
     max_batch_size: int = Field(32, ge=1)
     padded: bool = False
+    # Static batching has no prefix cache: false only (needed where kv_cache.prefix_caching is true).
+    prefix_caching: bool | None = None
+
+    @field_validator("prefix_caching")
+    @classmethod
+    def _no_prefix_cache(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError(f"static batching has no prefix cache; expected false or unset, found {value}")
+        return value
 
 
-class ContinuousPolicyConfig(_PolicyCommon):
+class ContinuousPolicyConfig(_BatchingCommon):
     name: Literal["continuous"]
     mixed: bool = False
 
 
-class ChunkedPrefillPolicyConfig(_PolicyCommon):
+class ChunkedPrefillPolicyConfig(_BatchingCommon):
     name: Literal["chunked_prefill"]
     chunk_size: int = Field(512, ge=1)
     order: Literal["stall_free", "alternate"] = "stall_free"
 
 
-class OffloadPolicyConfig(_PolicyCommon):
+class OffloadPolicyConfig(_BatchingCommon):
     name: Literal["offload"]
     # The batching policy underneath: its options (chunk_size/order or mixed) apply.
     base: Literal["continuous", "chunked_prefill"] = "chunked_prefill"
@@ -158,6 +174,19 @@ class Experiment(Strict):
         labels = policy_labels(self.policies)
         if len(set(labels)) != len(labels):
             raise ValueError(f"policy labels must be unique, got {labels}")
+        return self
+
+    @model_validator(mode="after")
+    def _static_runs_without_a_prefix_cache(self) -> Experiment:
+        """A static entry under kv_cache.prefix_caching: true would run without the cache asked
+        for: said, not done silently (setting its own prefix_caching: false says it is meant)."""
+        if self.kv_cache.prefix_caching:
+            for index, policy in enumerate(self.policies):
+                if policy.name == "static" and policy.prefix_caching is None:
+                    raise ValueError(
+                        f"policies[{index}].prefix_caching: static batching has no prefix cache, and "
+                        "kv_cache.prefix_caching is true; set prefix_caching: false on this policy to run "
+                        "it without one")
         return self
 
 

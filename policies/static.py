@@ -5,6 +5,11 @@ Finished rows stop computing but their slots stay unused until the whole group c
 static engine preallocates; with `padded: true` every member reserves the group's longest
 length and keeps it until the group is done, so the rectangular padding counts as storage
 (seed 21.1). Padding is storage only here: attention cost still follows each row's own length.
+
+A group runs whole, with every block reserved up front, and never preempts: the step scheduler's
+options (token budget, seats, admission, preemption) and a prefix cache play no part. The
+experiment file refuses them for a static entry (`experiments.config`); here they are accepted
+and unused, so that code driving every policy with the same options can include this one.
 """
 
 from __future__ import annotations

@@ -177,9 +177,9 @@ def test_hf_config_rejects_infinity_and_hints_misspelt_keys():
 
 
 def test_union_tags_are_not_part_of_the_field_path():
-    """Was: workload.arrivals.poisson.rate / policies[0].static.admission (pydantic's union tags)."""
+    """Was: workload.arrivals.poisson.rate / policies[0].continuous.admission (pydantic's union tags)."""
     with pytest.raises(ConfigError) as err:
-        parse_experiment(with_changes(**{"policies": [{"name": "static", "admission": "x"}]}), source="exp.yaml")
+        parse_experiment(with_changes(**{"policies": [{"name": "continuous", "admission": "x"}]}), source="exp.yaml")
     assert "policies[0].admission" in str(err.value)
     with pytest.raises(ConfigError) as err:
         parse_experiment(with_changes(**{"workload.prefix": {"num_prefixes": 1, "prefix_len": {"kind": "fixed",

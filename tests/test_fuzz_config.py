@@ -154,8 +154,9 @@ def policy_configs(draw) -> dict:
         "max_model_len": st.integers(1, 600),
         "prefix_caching": st.booleans(),
     }
-    if name == "static":
-        optional.update(max_batch_size=st.integers(1, 16), padded=st.booleans())
+    if name == "static":  # no step scheduler's options, no prefix cache
+        optional = {"max_model_len": optional["max_model_len"], "prefix_caching": st.just(False),
+                    "max_batch_size": st.integers(1, 16), "padded": st.booleans()}
     elif name == "continuous":
         optional.update(mixed=st.booleans())
     elif name == "chunked_prefill":
@@ -205,6 +206,10 @@ def experiments(draw) -> dict:
         "limits": {"max_wall_time_s": 2.0, "check_invariants": draw(st.booleans())},
         "output": {"plots": False},
     }
+    if exp["kv_cache"]["prefix_caching"]:  # a static entry runs without it only when told so
+        for policy in exp["policies"]:
+            if policy["name"] == "static":
+                policy["prefix_caching"] = False
     if draw(st.integers(0, 3)) == 0:
         exp["limits"]["max_sim_time_s"] = draw(st.floats(0.001, 20))
     if draw(st.integers(0, 3)) == 0:

@@ -167,6 +167,18 @@ def test_a_run_that_cannot_finish_says_why():
         simulate([req(0, 0.0, 4, 4)], policy, ConstantCostModel())
 
 
+def test_static_entry_runs_without_the_global_prefix_cache_when_told_so(tmp_path):
+    from experiments.config import parse_experiment
+    from experiments.runner import run_experiment
+    from tests.helpers import SMALL_EXPERIMENT
+
+    data = {**SMALL_EXPERIMENT, "kv_cache": {**SMALL_EXPERIMENT["kv_cache"], "prefix_caching": True},
+            "policies": [{"name": "static", "max_batch_size": 4, "prefix_caching": False}, {"name": "continuous"}]}
+    run = run_experiment(parse_experiment(data, source="exp.yaml"), source="exp.yaml", out_dir=tmp_path)
+    # Lookups are counted where the cache is on: the static run made none, the other did.
+    assert [r.requests["num_prefix_query_tokens"].sum() > 0 for r in run.runs] == [False, True]
+
+
 def test_static_padded_reserves_the_group_maximum():
     policy = make_policy("static", num_blocks=100, block_size=4, max_batch_size=3, padded=True)
     for i, (p, o) in enumerate([(4, 1), (4, 1), (40, 1)]):
