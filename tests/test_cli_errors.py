@@ -357,3 +357,13 @@ def test_hardware_prefix_suggests_the_full_name(tmp_path, capsys):
 def test_unusable_out_folder(tmp_path, capsys):
     (tmp_path / "a_file").write_text("")
     run_in_process(capsys, str(write(tmp_path)), "--out", str(tmp_path / "a_file"), fragments=("--out", "a_file"))
+
+
+def test_a_run_that_fails_before_writing_leaves_no_empty_folder(tmp_path, capsys):
+    data = changed(**{"workload": {"trace": {"path": "missing.csv", "format": "csv"}}})
+    exp = str(write(tmp_path, data))
+    run_in_process(capsys, exp, "--out", str(tmp_path / "new" / "results"), fragments=("trace file not found",))
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()  # a folder that was there before is the user's: it stays
+    run_in_process(capsys, exp, "--out", str(tmp_path / "mine" / "results"), fragments=("trace file not found",))
+    assert (tmp_path / "mine").is_dir() and not (tmp_path / "mine" / "results").exists()

@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
         overrides.append("limits.check_invariants=true")
     exp = load_experiment(args.experiment, overrides)
     out = args.out or Path("results") / exp.name
+    created = _folders_to_create(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -35,7 +36,13 @@ def run(args: argparse.Namespace) -> int:
     echo = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     if echo:
         echo(f"servesim: {exp.name}: {len(exp.policies)} policies -> {out}")
-    result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
+    try:
+        result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
+    except BaseException:
+        # A run that fails before writing anything (a trace not found, say) leaves no empty
+        # folder behind; one with some results keeps them.
+        _remove_empty(created)
+        raise
     if echo is None:
         for note in result.info.get("workload_notes", []):
             print(f"note: workload: {note}", file=sys.stderr)
@@ -49,3 +56,21 @@ def run(args: argparse.Namespace) -> int:
                   f"(first reason: {r.result.rejected[0].reject_reason})", file=sys.stderr)
     print(f"results: {out}")
     return 0
+
+
+def _folders_to_create(folder: Path) -> list[Path]:
+    """`folder` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:  # deepest first: a parent is empty only once its child is gone
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty (or already gone): it and its parents stay
