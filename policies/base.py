@@ -240,6 +240,20 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             )
         return None
 
+    def readmission_reason(self, request: Request) -> str | None:
+        """Why `request`, once preempted for recompute, could never be admitted again, or None:
+        its prompt and outputs so far need more blocks than the watermark leaves (the rule
+        `rejection_reason` applies to a prompt on arrival; vLLM's can_allocate says NEVER)."""
+        reserve = self.num_watermark_blocks()
+        need = self.bm.blocks_for(request.num_tokens)
+        if not reserve or need <= self.bm.num_blocks - reserve:
+            return None
+        return (
+            f"preempted for recompute with {request.num_tokens} positions (prompt and {request.num_outputs} "
+            f"outputs), which need {need} KV blocks; the watermark keeps {reserve} of the "
+            f"{self.bm.num_blocks} blocks free, leaving {self.bm.num_blocks - reserve}"
+        )
+
     def num_watermark_blocks(self) -> int:
         if self.options.admission != "watermark":
             return 0
@@ -458,8 +472,21 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
 
     def _drop_for_recompute(self, victim: Request) -> None:
         """A victim off the running batch loses its KV: it waits at the head of the queue to be
-        computed again (prompt and outputs)."""
+        computed again (prompt and outputs), unless admission could never take it again: then
+        it is rejected with the outputs it has (vLLM ignores it), rather than wait forever."""
         self.bm.free(victim.request_id)
+        reason = self.readmission_reason(victim)
+        if reason is not None:
+            self.num_preemptions["recompute"] += 1
+            self._prefix.pop(victim.request_id, None)
+            self._preempted_at.pop(victim.request_id, None)
+            del self.by_id[victim.request_id]
+            victim.num_processed = 0
+            victim.status = Status.REJECTED
+            victim.reject_reason = reason
+            victim.finish_s = self._now
+            self.rejected.append(victim)
+            return
         self._mark_preempted(victim, "recompute")
         victim.num_recomputed_tokens += victim.num_processed
         victim.num_processed = 0

@@ -49,6 +49,7 @@ class ReadmitCycleMixin:
     _first_chunk_limit: Any
     num_watermark_blocks: Any
     can_preempt_in_stretch: Any
+    readmission_reason: Any
 
     def _readmit_cycle(self, first: Stretch) -> Stretch | None:
         """The steps that admit and preempt the head of the queue in turn, from `first` on: a
@@ -83,6 +84,8 @@ class ReadmitCycleMixin:
             # Its next chunk fits, even if every decode took a block every step (the usual case).
             if num_decoders * (first.num_steps + 1) + self.bm.blocks_for((first.num_steps + 1) * chunk) <= free:
                 return None
+        if self.readmission_reason(prompt) is not None:
+            return None  # its preemption rejects it: it does not come back (`_drop_for_recompute`)
         # No one could join an admitting step (see the module docstring).
         if chunk < self.options.max_num_batched_tokens - num_decoders and num_decoders + 1 < self.options.max_num_seqs:
             return None

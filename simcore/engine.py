@@ -132,7 +132,7 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
     # "now" is the simulated clock: step ends are sums start + duration, the same additions on
     # either path. SimPy's clock follows it to within rounding (a sleep to an exact float cannot
     # always be expressed as now + delay), so times are read from here, never from env.now.
-    state = {"end": "done", "events": 0, "next_timed": 0, "now": 0.0}
+    state = {"end": "done", "events": 0, "next_timed": 0, "now": 0.0, "rejected_seen": 0}
     # Runs of steps need a cost model that prices them without a plan per step: one at a time
     # (`iter_step_times`, preferred; or `iter_run_times`, the same for a whole run's pieces) or in
     # bulk (`aggregate_step_times`); and no per-step callback.
@@ -190,10 +190,16 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
             heapq.heappush(follow_ups, (child.arrival_s, child.request_id, child))
 
     def release_turns(done: list[Request], at: float) -> None:
-        """Follow-up turns of requests that finished at `at` start their think time."""
+        """Follow-up turns of requests that finished at `at` start their think time, and those
+        of requests rejected since the last call (a recompute that could never come back)."""
         if children:
             for request in done:
                 release_children(request, at)
+            rejected = policy.rejected
+            while state["rejected_seen"] < len(rejected):
+                request = rejected[state["rejected_seen"]]
+                state["rejected_seen"] += 1
+                release_children(request, request.finish_s)
 
     def state_after() -> tuple[int, ...]:
         """The step record's columns read after a step: running, waiting and swapped requests,

@@ -125,3 +125,21 @@ def test_random_crowded_configurations_match_stepping(seed):
         _both_paths_equal(requests, "chunked_prefill", COST, num_blocks=num_blocks, block_size=block_size,
                           max_num_seqs=rng.choice([2, 4, 12]), max_num_batched_tokens=budget, chunk_size=chunk,
                           admission=admission, **({"watermark": 0.05} if admission == "watermark" else {}))
+
+
+def test_no_cycle_for_a_prompt_that_its_preemption_rejects():
+    """Request 17 (59 positions and its outputs) is the newest decoder when the decodes find too
+    few blocks; preempted with more positions than the watermark leaves (10 of 16 blocks of 8),
+    it could never be admitted again and is rejected (`BasePolicy.readmission_reason`). The
+    cycle planner must not plan it back in: both paths reject it at the same step."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    roofline = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    requests = [req(13, 0.1729, 10, 59), req(15, 0.1925, 24, 36), req(16, 0.2041, 6, 54), req(17, 0.2673, 59, 41)]
+    fast, _ = _both_paths_equal(requests, "chunked_prefill", roofline, num_blocks=16, block_size=8, max_num_seqs=2,
+                                max_num_batched_tokens=16, chunk_size=200, admission="watermark", watermark=0.4)
+    (rejected,) = fast.rejected
+    assert rejected.request_id == 17 and rejected.num_outputs > 0
+    assert "preempted for recompute" in rejected.reject_reason
