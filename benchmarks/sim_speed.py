@@ -11,6 +11,7 @@ its own) and writes full per-request and per-step Parquet outputs.
     python benchmarks/sim_speed.py --sizes 10000 100000 1000000
     python benchmarks/sim_speed.py --sizes 10000 --profile-table tests/data/profiles/cpu-tiny-llama.csv
     python benchmarks/sim_speed.py --sizes 10000 --repeat 5     # best and median of 5 fresh runs
+    python benchmarks/sim_speed.py --sizes 10000 --prefix-caching  # the same with the prefix cache on
 
 On a shared machine one run's wall time can be 15% or more off the next one's, minutes apart. With
 `--repeat N` each case runs N times, the policies taking turns (so that a slow spell falls on
@@ -48,7 +49,7 @@ POLICIES = {
 }
 
 
-def experiment(size: int, policy: str, profile_table: str | None = None) -> dict:
+def experiment(size: int, policy: str, profile_table: str | None = None, prefix_caching: bool = False) -> dict:
     trace = {"path": "builtin:azure_conv_2023", "lengths_only": True}
     if size > 10_000:
         trace["sample"] = {"n": size, "seed": 1, "replace": True}
@@ -59,18 +60,19 @@ def experiment(size: int, policy: str, profile_table: str | None = None) -> dict
         "cost_model": {"name": "roofline"} if profile_table is None else
                       {"name": "profiled", "table": profile_table, "check_model": False},
         "policies": [POLICIES[policy]],
+        "kv_cache": {"prefix_caching": prefix_caching},
         "output": {"plots": False},
     }
 
 
-def run_case(size: int, policy: str, out: Path, profile_table: str | None = None) -> dict:
+def run_case(size: int, policy: str, out: Path, profile_table: str | None = None, prefix_caching: bool = False) -> dict:
     """One case in this process: build, simulate, write outputs; report figures."""
     sys.path.insert(0, str(ROOT))
     from experiments.config import parse_experiment
     from experiments.runner import run_experiment
 
     started = time.perf_counter()
-    exp = parse_experiment(experiment(size, policy, profile_table), source=None)
+    exp = parse_experiment(experiment(size, policy, profile_table, prefix_caching), source=None)
     run = run_experiment(exp, source=None, out_dir=out)
     wall = time.perf_counter() - started
     (only,) = run.runs
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
     parser.add_argument("--profile-table", help="price steps with this profiled table instead of the roofline")
+    parser.add_argument("--prefix-caching", action="store_true",
+                        help="with the prefix cache on (the trace has lengths only: nothing can hit)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each case (best and median reported)")
     parser.add_argument("--no-compile", action="store_true", help="do not compile the project's bytecode first")
     parser.add_argument("--case", nargs=2, metavar=("SIZE", "POLICY"), help=argparse.SUPPRESS)
@@ -95,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.case:
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run_case(int(args.case[0]), args.case[1], Path(tmp), args.profile_table)))
+            print(json.dumps(run_case(int(args.case[0]), args.case[1], Path(tmp), args.profile_table,
+                                      args.prefix_caching)))
         return 0
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, got {args.repeat}")
@@ -109,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{'steps':>9} {'events':>8} {'peak MiB':>9} {'req/wall s':>11}"
     print(header)
     table = ["--profile-table", str(Path(args.profile_table).resolve())] if args.profile_table else []
+    if args.prefix_caching:
+        table.append("--prefix-caching")
     rows = []
     for size in args.sizes:
         runs: dict[str, list[dict]] = {policy: [] for policy in args.policies}

@@ -96,6 +96,18 @@ def run_experiment(
     run = ExperimentRun(exp, info=_run_info(exp, kv, len(template)))
     # What the workload builder dropped or estimated is said, never silent.
     run.info["workload_notes"] = list(workload.notes)
+    hasher = PrefixHasher(exp.kv_cache.block_size, config_key=(exp.model, exp.kv_cache.dtype))
+    caching_by_policy = [exp.kv_cache.prefix_caching if p.prefix_caching is None else p.prefix_caching
+                         for p in exp.policies]
+    # Requests of lengths alone (most traces) carry no token content, so no prefix can hit: a
+    # prefix cache asked for then changes nothing but the lookups counted, and where block ids
+    # matter to nothing else the policy runs with block counts and every fast path (identical
+    # results, tested; several times faster).
+    cache_cannot_hit = any(caching_by_policy) and not any(map(hasher.has_content, template))
+    if cache_cannot_hit:
+        run.info["workload_notes"].append(
+            "no request carries token content (prompt_token_ids or segments), so the prefix cache "
+            "cannot hit: its lookups are counted, and blocks are only counted")
     if echo is not None:
         for note in workload.notes:
             echo(f"  workload: {note}")
@@ -106,19 +118,22 @@ def run_experiment(
         seed=exp.seed, source=Path(source) if source is not None else None,
     )
     limits = RunLimits(exp.limits.max_sim_time_s, exp.limits.max_wall_time_s, exp.limits.check_invariants)
-    for label, policy_cfg in zip(labels, exp.policies):
+    for index, (label, policy_cfg) in enumerate(zip(labels, exp.policies)):
         cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
         if wrap_cost_model is not None:
             cost_model = wrap_cost_model(cost_model)
         options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
-        caching = exp.kv_cache.prefix_caching if policy_cfg.prefix_caching is None else policy_cfg.prefix_caching
-        hasher = PrefixHasher(exp.kv_cache.block_size, config_key=(exp.model, exp.kv_cache.dtype))
+        caching = caching_by_policy[index]
+        emit_block_tables = getattr(cost_model, "needs_block_tables", False)
+        inert_cache = caching and cache_cannot_hit and not emit_block_tables and not kv["num_host_blocks"]
         policy = _make_policy(
             label, source_str, policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
-            prefix_caching=caching, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
-            emit_block_tables=getattr(cost_model, "needs_block_tables", False), block_bytes=kv["block_bytes"],
+            prefix_caching=caching and not inert_cache, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
+            emit_block_tables=emit_block_tables, block_bytes=kv["block_bytes"],
             delivery_s=exp.metrics.delivery_ms / 1000.0, **options,
         )
+        if inert_cache:
+            policy.counts_prefix_queries = True
         started = time.perf_counter()
         sink = RequestSink()
         spill = None

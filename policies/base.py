@@ -103,6 +103,9 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self._plan: _PlanBuilder | None = None
         self.host_prefix: HostPrefixCache | None = None
         self.num_host_prefix_hit_blocks = 0
+        # Admissions count the positions they query the prefix cache for (vLLM's convention):
+        # where it is on, or where it is asked for but could never hit (see the runner).
+        self.counts_prefix_queries = block_manager.enable_prefix_caching
         if options.preemption == "swap" and host is None:
             raise ValueError("preemption 'swap' needs a host tier (kv_cache.host_memory_gib > 0)")
 
@@ -435,7 +438,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         positions are scheduled by the caller)."""
         self.bm.allocate(request.request_id, reserve_positions, hit)
         self.waiting.remove(request)
-        if self.bm.enable_prefix_caching:
+        if self.counts_prefix_queries:
             # vLLM's convention: every lookup queries the request's known tokens.
             request.num_prefix_query_tokens += request.num_tokens
             request.num_prefix_hit_tokens += num_hit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -220,3 +221,57 @@ def test_collision_that_ignores_the_chain_still_cannot_cross_salts():
     policy.add(c, 2.0)
     drive(policy, 2.0)
     assert c.num_prefix_hit_tokens == 12  # same salt: the weak hash still finds the real match
+
+
+@pytest.mark.parametrize("name,options", [
+    ("continuous", {}),
+    ("continuous", {"admission": "watermark", "watermark": 0.1}),
+    ("chunked_prefill", {"chunk_size": 16}),
+])
+def test_a_cache_that_cannot_hit_runs_on_block_counts_with_the_same_results(tmp_path, name, options):
+    """Requests of lengths alone carry no token content, so a prefix cache can never hit: the
+    runner then runs the policy on block counts (every fast path), counting the lookups only.
+    Its tables are those of the same run on a caching block manager, stepped one step at a time."""
+    import pandas as pd
+
+    from backends.constant import ConstantCostModel
+    from experiments.config import parse_experiment
+    from experiments.runner import run_experiment
+    from simcore.engine import RunLimits, simulate
+    from simcore.metrics import request_frame
+    from tests.helpers import SMALL_EXPERIMENT
+    from workloads.build import build as build_workload
+
+    data = {**SMALL_EXPERIMENT, "kv_cache": {"block_size": 4, "num_blocks": 60, "prefix_caching": True},
+            "workload": {**SMALL_EXPERIMENT["workload"], "num_requests": 60, "arrivals": {"kind": "poisson", "rate": 100.0}},
+            "cost_model": {"name": "constant", "step_s": 0.01, "per_token_s": 0.0001},
+            "policies": [{"name": name, "max_num_batched_tokens": 64, "max_num_seqs": 8, **options}]}
+    run = run_experiment(parse_experiment(data, source="exp.yaml"), source="exp.yaml", out_dir=tmp_path)
+    assert any("cannot hit" in note for note in run.info["workload_notes"])
+    (fast,) = run.runs
+    policy = make_policy(name, num_blocks=60, block_size=4, prefix_caching=True, max_num_batched_tokens=64,
+                         max_num_seqs=8, **options)
+    assert policy.bm.enable_prefix_caching
+    template = build_workload(run.experiment.workload, seed=run.experiment.seed, base_dir=tmp_path).requests
+    slow = simulate(template, policy, ConstantCostModel(step_s=0.01, per_token_s=0.0001),
+                    limits=RunLimits(fast_forward=False, check_invariants=True))
+    pd.testing.assert_frame_equal(request_frame(slow.requests), fast.requests, check_exact=True)
+    pd.testing.assert_frame_equal(pd.DataFrame(slow.steps.as_dict()), pd.DataFrame(fast.result.steps.as_dict()),
+                                  check_exact=True)
+    assert fast.summary["prefix_cache_queries"] > 0 and fast.summary["prefix_cache_hits"] == 0
+    assert fast.summary["num_preemptions"] > 0, "the workload should be crowded enough to preempt"
+
+
+def test_a_cache_that_can_hit_is_kept(tmp_path):
+    """With shared prefixes (token content) the cache runs on its block manager and hits."""
+    from experiments.config import parse_experiment
+    from experiments.runner import run_experiment
+    from tests.helpers import SMALL_EXPERIMENT
+
+    workload = {**SMALL_EXPERIMENT["workload"], "num_requests": 30,
+                "prefix": {"num_prefixes": 2, "prefix_len": {"kind": "fixed", "value": 64}, "choice": {"kind": "uniform"}}}
+    data = {**SMALL_EXPERIMENT, "kv_cache": {"block_size": 16, "num_blocks": 200, "prefix_caching": True},
+            "workload": workload}
+    run = run_experiment(parse_experiment(data, source="exp.yaml"), source="exp.yaml", out_dir=tmp_path)
+    assert not any("cannot hit" in note for note in run.info["workload_notes"])
+    assert run.runs[0].summary["prefix_cache_hits"] > 0
