@@ -78,6 +78,10 @@ class PrefixHasher:
             while seg_index < len(pieces) and seg_start + pieces[seg_index][1] <= lo:
                 seg_start += pieces[seg_index][1]
                 seg_index += 1
+            if seg_index < len(pieces) and seg_start + pieces[seg_index][1] >= hi:
+                # The block lies within one piece (the usual case: pieces are long): one part.
+                contents.append(((pieces[seg_index][0], lo - seg_start, hi - seg_start),))
+                continue
             i, start = seg_index, seg_start
             while i < len(pieces) and start < hi:
                 key, length = pieces[i]
