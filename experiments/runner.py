@@ -99,10 +99,10 @@ def run_experiment(
     hasher = PrefixHasher(exp.kv_cache.block_size, config_key=(exp.model, exp.kv_cache.dtype))
     caching_by_policy = [exp.kv_cache.prefix_caching if p.prefix_caching is None else p.prefix_caching
                          for p in exp.policies]
-    # Requests of lengths alone (most traces) carry no token content, so no prefix can hit: a
-    # prefix cache asked for then changes nothing but the lookups counted, and where block ids
-    # matter to nothing else the policy runs with block counts and every fast path (identical
-    # results, tested; several times faster).
+    # Requests of lengths alone (most traces) carry no token content, so no prefix can hit (nor
+    # spill to a host tier): a prefix cache asked for then changes nothing but the lookups
+    # counted, and where a real engine does not read block ids the policy runs on block counts
+    # and every fast path (identical results, tested; several times faster).
     cache_cannot_hit = any(caching_by_policy) and not any(map(hasher.has_content, template))
     if cache_cannot_hit:
         run.info["workload_notes"].append(
@@ -125,7 +125,7 @@ def run_experiment(
         options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
         caching = caching_by_policy[index]
         emit_block_tables = getattr(cost_model, "needs_block_tables", False)
-        inert_cache = caching and cache_cannot_hit and not emit_block_tables and not kv["num_host_blocks"]
+        inert_cache = caching and cache_cannot_hit and not emit_block_tables
         policy = _make_policy(
             label, source_str, policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
             prefix_caching=caching and not inert_cache, num_host_blocks=kv["num_host_blocks"], hasher=hasher,

@@ -28,7 +28,7 @@ from policies.readmit_cycle import ReadmitCycleMixin
 from policies.stretch import DecoderCarry
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
-from simcore.plan import DecodeGroup, ScheduledSeq, StepPlan, StepSeqs
+from simcore.plan import NO_BLOCK_ID, DecodeGroup, ScheduledSeq, StepPlan, StepSeqs
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
 
@@ -244,15 +244,15 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         return None
 
     def readmission_reason(self, request: Request) -> str | None:
-        """Why `request`, once preempted for recompute, could never be admitted again, or None:
-        its prompt and outputs so far need more blocks than the watermark leaves (the rule
+        """Why `request`, once preempted, could never be admitted again (or swapped back in), or
+        None: its prompt and outputs so far need more blocks than the watermark leaves (the rule
         `rejection_reason` applies to a prompt on arrival; vLLM's can_allocate says NEVER)."""
         reserve = self.num_watermark_blocks()
         need = self.bm.blocks_for(request.num_tokens)
         if not reserve or need <= self.bm.num_blocks - reserve:
             return None
         return (
-            f"preempted for recompute with {request.num_tokens} positions (prompt and {request.num_outputs} "
+            f"preempted with {request.num_tokens} positions (prompt and {request.num_outputs} "
             f"outputs), which need {need} KV blocks; the watermark keeps {reserve} of the "
             f"{self.bm.num_blocks} blocks free, leaving {self.bm.num_blocks - reserve}"
         )
@@ -459,7 +459,13 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         builder.preempted.append(victim.request_id)
         self._take_off_running(victim)
         if self.options.preemption == "swap" and self.host is not None and victim.num_processed > 0:
-            table = self.bm.table(victim.request_id)
+            reason = self.readmission_reason(victim)
+            if reason is not None:
+                # Its swap-in would need the blocks that admission would: never (vLLM ignores it then).
+                self.bm.free(victim.request_id)
+                self._reject_preempted(victim, "swap", reason)
+                return
+            table = self._device_blocks(victim.request_id)
             if self.host_prefix is not None:
                 self.host_prefix.make_room(len(table), pinned=builder.pinned_host)
             if self.host.can_hold(len(table)):
@@ -480,15 +486,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self.bm.free(victim.request_id)
         reason = self.readmission_reason(victim)
         if reason is not None:
-            self.num_preemptions["recompute"] += 1
-            self._prefix.pop(victim.request_id, None)
-            self._preempted_at.pop(victim.request_id, None)
-            del self.by_id[victim.request_id]
-            victim.num_processed = 0
-            victim.status = Status.REJECTED
-            victim.reject_reason = reason
-            victim.finish_s = self._now
-            self.rejected.append(victim)
+            self._reject_preempted(victim, "recompute", reason)
             return
         self._mark_preempted(victim, "recompute")
         victim.num_recomputed_tokens += victim.num_processed
@@ -497,10 +495,23 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self.waiting.appendleft(victim)
         self.num_preemptions["recompute"] += 1
 
+    def _reject_preempted(self, victim: Request, kind: str, reason: str) -> None:
+        """A victim (off the batch, its blocks freed) that could never come back is rejected
+        with the outputs it has, at the preemption (`readmission_reason`)."""
+        self.num_preemptions[kind] += 1
+        self._prefix.pop(victim.request_id, None)
+        self._preempted_at.pop(victim.request_id, None)
+        del self.by_id[victim.request_id]
+        victim.num_processed = 0
+        victim.status = Status.REJECTED
+        victim.reject_reason = reason
+        victim.finish_s = self._now
+        self.rejected.append(victim)
+
     def _swap_out(self, victim: Request, table: tuple[int, ...]) -> None:
         """Copy a victim's blocks to the host tier and release them on the device."""
         assert self._plan is not None and self.host is not None
-        positions = self.bm.num_positions[victim.request_id]
+        positions = self.bm.stored_positions(victim.request_id)
         host_blocks = self.host.store(victim.request_id, len(table), min(positions, victim.num_processed))
         self._plan.swap_out.extend(zip(table, host_blocks))
         self.num_blocks_swapped_out += len(table)
@@ -510,6 +521,14 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self.swapped.append(victim)
         self.num_preemptions["swap"] += 1
         self._mark_preempted(victim, "swap")
+
+    def _device_blocks(self, request_id: int) -> tuple[int, ...]:
+        """The device blocks a request holds, for a swap's copies: their ids where the block
+        manager tracks them, else as many NO_BLOCK_ID (cost models count copies; one that reads
+        their ids is a real engine's, which has ids tracked)."""
+        if self.bm.tracks_block_ids:
+            return self.bm.table(request_id)
+        return (NO_BLOCK_ID,) * self.bm.num_table_blocks[request_id]
 
     def _try_swap_in(self, request: Request, budget: StepBudget) -> bool:
         """Bring a swapped request back: fresh device blocks, host -> device copies, then run it."""
@@ -522,7 +541,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self.host.release(request.request_id)
         self.bm.allocate(request.request_id, positions)
         self.bm.append(request.request_id, positions)
-        device_blocks = self.bm.table(request.request_id)
+        device_blocks = self._device_blocks(request.request_id)
         self._plan.swap_in.extend(zip(blocks, device_blocks))
         self.num_blocks_swapped_in += len(blocks)
         self.swapped.remove(request)

@@ -106,8 +106,9 @@ class ChunkedPrefillPolicy(BasePolicy):
         A request waiting for the last chunk's step joins it with its first chunk (`newcomer`).
         A recompute after a preemption runs as a first prefill, but for a last chunk of one
         position (a step counts it as a decode). Only where block ids carry no meaning (no
-        prefix cache, no host tier)."""
-        if self.order != "stall_free" or self.swapped or self.bm.enable_prefix_caching or self.host is not None:
+        prefix cache; a host tier only where blocks are counted) and nothing is swapped out."""
+        if self.order != "stall_free" or self.swapped or self.bm.enable_prefix_caching or \
+                (self.host is not None and self.bm.tracks_block_ids):
             return super().plan_stretch()
         # The decode-only planner comes last: while a prompt is in progress it plans nothing,
         # nor where the queue's head can be admitted (that head's stretch, if any, comes first).

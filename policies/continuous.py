@@ -67,9 +67,11 @@ class ContinuousPolicy(BasePolicy):
         plan are those (under light load the queue is that one request; under load, long
         prompts leave no budget for a second)."""
         # Only where nothing else shapes the admission step: mixed steps admit beside the
-        # decodes, swapped requests come back before any admission, and a prefix cache or host
-        # tier gives prompts hits and block ids that planning would have to work out.
-        can_plan_admission = not (self.mixed or self.swapped or self.bm.enable_prefix_caching or self.host is not None)
+        # decodes, swapped requests come back before any admission, and a prefix cache gives
+        # prompts hits and block ids that planning would have to work out (as would a host
+        # tier's copies, where blocks have ids).
+        can_plan_admission = not (self.mixed or self.swapped or self.bm.enable_prefix_caching
+                                  or (self.host is not None and self.bm.tracks_block_ids))
         if can_plan_admission and self.waiting:
             # Where the head can be admitted, the next step admits it: no decode-only run first.
             stretch = self._admission_stretch(self.waiting[0])

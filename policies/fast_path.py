@@ -244,9 +244,10 @@ class StretchMixin:
 
     def can_run_past_finishes(self) -> bool:
         """Whether a finish changes nothing for the requests still running but the batch size:
-        true where freed blocks are mere counts (no ids, no cache, no host) and the policy
-        releases them at once."""
-        return not self.bm.tracks_block_ids and self.host is None
+        true where freed blocks are mere counts (no ids, no cache) and the policy releases them
+        at once. (A host tier holds no one then: stretches are planned only while nothing is
+        swapped out, and none swaps a request out.)"""
+        return not self.bm.tracks_block_ids
 
     def _all_decoding(self, requests: list[Request], outputs: list[int] | None = None,
                       num_processed: int | None = None) -> bool:

@@ -48,8 +48,9 @@ def make_policy(
     scheduler = SchedulerOptions(**{k: v for k, v in options.items() if k in shared})
     own = {k: v for k, v in options.items() if k not in shared}
     if track_block_ids is None:
-        # Physical ids matter only to shared blocks, host copies and a real engine's tables.
-        track_block_ids = prefix_caching or num_host_blocks > 0 or emit_block_tables or free_block_order is not None
+        # Physical ids matter only to shared blocks and a real engine's tables (a swap's copies
+        # are counted: a cost model that reads their ids is a real engine's).
+        track_block_ids = prefix_caching or emit_block_tables or free_block_order is not None
     if track_block_ids:
         bm = BlockManager(num_blocks, block_size, free_block_order=free_block_order,
                           enable_prefix_caching=prefix_caching)

@@ -45,6 +45,10 @@ class BlockCounter(BlockArithmetic):
         bs, bulk = self.block_size, self._bulk_steps
         return {rid: held * bs - self._first_new[rid] + bulk + 1 for rid, held in self.num_table_blocks.items()}
 
+    def stored_positions(self, request_id: int) -> int:
+        """Positions `request_id` stores (`num_positions` for one request, without the dict)."""
+        return self.num_table_blocks[request_id] * self.block_size - self._first_new[request_id] + self._bulk_steps + 1
+
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
         stored = self._first_new.get(request_id)
         # Positions past the free slots (all of them for a request with no table).

@@ -257,6 +257,9 @@ class BlockManager(BlockArithmetic):
     def table(self, request_id: int) -> tuple[int, ...]:
         return tuple(self.block_tables.get(request_id, ()))
 
+    def stored_positions(self, request_id: int) -> int:
+        return self.num_positions[request_id]
+
     # ---- internals ------------------------------------------------------------------------
 
     def _needs_copy_on_write(self, request_id: int) -> bool:

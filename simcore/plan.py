@@ -122,6 +122,10 @@ class StepSeqs(Sequence):
         return f"StepSeqs({len(self.decodes)} grouped decodes, {self.others!r})"
 
 
+# A device block in a swap's copies where block ids are not tracked (see StepPlan).
+NO_BLOCK_ID = -1
+
+
 @dataclass(frozen=True, slots=True)
 class StepPlan:
     step_id: int
@@ -129,9 +133,12 @@ class StepPlan:
     seqs: tuple[ScheduledSeq, ...] | StepSeqs
     # Copy-on-write block copies to perform before the step: (source block, destination block).
     blocks_to_copy: tuple[tuple[int, int], ...] = ()
-    # Device -> host block moves (swap-out / offload): (device block, host block).
+    # Device -> host block moves (swap-out / offload): (device block, host block). The device
+    # side is NO_BLOCK_ID where the block manager only counts blocks (no cost model that reads
+    # device ids runs then: a real engine's has them tracked).
     blocks_to_swap_out: tuple[tuple[int, int], ...] = ()
-    # Host -> device block moves (swap-in / prefix reload): (host block, device block).
+    # Host -> device block moves (swap-in / prefix reload): (host block, device block), the
+    # device side as above.
     blocks_to_swap_in: tuple[tuple[int, int], ...] = ()
     # Bytes of one KV block, so transfer costs need no model knowledge beyond the plan.
     block_bytes: int = 0

@@ -18,6 +18,7 @@ def _same_state(counter: BlockCounter, manager: BlockManager) -> None:
     assert [counter.num_table_blocks[rid] for rid in holders] == [len(manager.block_tables[rid]) for rid in holders]
     assert counter.first_new_block_steps(holders) == manager.first_new_block_steps(holders)
     assert counter.num_positions == {rid: manager.num_positions[rid] for rid in holders}
+    assert [counter.stored_positions(rid) for rid in holders] == [manager.stored_positions(rid) for rid in holders]
     for rid in holders:
         for more in (1, 5, 17):
             assert counter.num_new_blocks_needed(rid, more) == manager.num_new_blocks_needed(rid, more)

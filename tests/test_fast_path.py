@@ -85,9 +85,11 @@ def _expanded(itl):
 
 
 @pytest.mark.parametrize("seed", [3, 5])
-@pytest.mark.parametrize("name,opts", [p for p in POLICIES if p[0] != "offload" and "preemption" not in p[1]])
+@pytest.mark.parametrize("name,opts", POLICIES)
 def test_counting_blocks_matches_tracking_block_ids(name, opts, seed):
-    """Also the preemption worked out on counts (`_preempt_for_decodes`) against the one-by-one loop."""
+    """Also the preemption worked out on counts (`_preempt_for_decodes`) against the one-by-one
+    loop, and swaps to a host tier on counts (a small one: some victims find it full and are
+    recomputed) against swaps of tracked blocks; the counted runs on the fast path too."""
     from backends.base import CostContext
     from backends.roofline import make_roofline
     from simcore.block_counter import BlockCounter
@@ -95,16 +97,45 @@ def test_counting_blocks_matches_tracking_block_ids(name, opts, seed):
 
     cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
     requests = workload(seed, content=False, sessions=True)
+    swaps = name == "offload" or opts.get("preemption") == "swap"
     frames = []
-    for track in (True, False):
+    for track, fast in ((True, False), (False, False), (False, True)):
         policy = make_policy(name, num_blocks=64, block_size=4, max_num_seqs=12, max_num_batched_tokens=96,
-                             track_block_ids=track, **opts)
+                             num_host_blocks=24 if swaps else 0, block_bytes=4096, track_block_ids=track, **opts)
         assert isinstance(policy.bm, BlockCounter) != track
-        result = simulate(requests, policy, cost, limits=RunLimits(check_invariants=True))
+        result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
         frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), result.itl))
-    pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
-    pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)
-    assert _expanded(frames[0][2]) == _expanded(frames[1][2])
+        if swaps:
+            assert policy.num_preemptions["swap"] > 0 and policy.num_blocks_swapped_in > 0
+    for other in frames[1:]:
+        pd.testing.assert_frame_equal(frames[0][0], other[0], check_exact=True)
+        pd.testing.assert_frame_equal(frames[0][1], other[1], check_exact=True)
+        assert _expanded(frames[0][2]) == _expanded(other[2])
+
+
+def test_a_host_tier_alone_counts_blocks():
+    """Swaps copy blocks that a cost model only counts: a host tier needs no block ids (only a
+    prefix cache or a real engine's tables do), and the copies' device side says so."""
+    from simcore.block_counter import BlockCounter
+    from simcore.plan import NO_BLOCK_ID
+
+    policy = make_policy("continuous", num_blocks=12, block_size=4, num_host_blocks=20, preemption="swap")
+    assert isinstance(policy.bm, BlockCounter)
+    assert not isinstance(make_policy("continuous", num_blocks=12, num_host_blocks=20, prefix_caching=True).bm,
+                          BlockCounter)
+    requests = [req(0, 0.0, 8, 30), req(1, 0.0, 8, 30)]
+    for request in requests:
+        policy.add(request, 0.0)
+    moves = []
+    now = 0.0
+    while policy.has_work() and now < 10:
+        plan = policy.schedule(now)
+        moves += [*plan.blocks_to_swap_out, *plan.blocks_to_swap_in]
+        now += 0.01
+        policy.complete(plan, now)
+        policy.check()
+    assert moves and {device for device, _ in moves[:1]} == {NO_BLOCK_ID}
+    assert all(NO_BLOCK_ID in move for move in moves)
 
 
 @pytest.mark.parametrize("name,opts", POLICIES[:4])

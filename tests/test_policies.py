@@ -180,23 +180,27 @@ def test_static_entry_runs_without_the_global_prefix_cache_when_told_so(tmp_path
 
 
 @pytest.mark.parametrize("fast", [False, True])
-def test_a_recompute_that_could_never_come_back_is_rejected(fast):
-    """Request 1 is preempted for recompute with 7 positions; the watermark (2 of 8 blocks) leaves
-    6 for admission, so it could never come back: it is rejected with the outputs it has (vLLM
-    ignores it) instead of the run ending stuck. Its follow-up turn is released at that time."""
+@pytest.mark.parametrize("mode", ["recompute", "swap"])
+def test_a_victim_that_could_never_come_back_is_rejected(fast, mode):
+    """Request 1 is preempted with 7 positions; the watermark (2 of 8 blocks) leaves 6 for
+    admission, and a swap-in needs as many, so it could never come back: it is rejected with the
+    outputs it has (vLLM ignores it) instead of the run ending stuck. Its follow-up turn is
+    released at that time."""
     requests = [req(0, 0.0, 1, 3), req(1, 0.0, 5, 3), req(2, 0.0, 2, 2, parent_id=1, think_time_s=0.5)]
-    policy = make_policy("continuous", num_blocks=8, block_size=1, admission="watermark", watermark=0.25)
+    policy = make_policy("continuous", num_blocks=8, block_size=1, admission="watermark", watermark=0.25,
+                         preemption=mode, num_host_blocks=100 if mode == "swap" else 0)
     result = simulate(requests, policy, ConstantCostModel(step_s=0.01),
                       limits=RunLimits(check_invariants=True, fast_forward=fast))
     (victim,) = result.rejected
     assert victim.request_id == 1 and victim.num_outputs == 2 and victim.num_preemptions == 1
-    assert "preempted for recompute with 7 positions" in victim.reject_reason and "leaving 6" in victim.reject_reason
+    assert "preempted with 7 positions" in victim.reject_reason and "leaving 6" in victim.reject_reason
     assert victim.num_recomputed_tokens == 0  # nothing was computed again
     assert sorted(r.request_id for r in result.finished) == [0, 2]
     follow_up = next(r for r in result.finished if r.request_id == 2)
     assert follow_up.arrival_s == victim.finish_s + 0.5
-    assert policy.num_preemptions["recompute"] == 1
+    assert policy.num_preemptions == {"recompute": 0, "swap": 0, mode: 1}
     assert policy.bm.num_free_blocks == policy.bm.num_blocks
+    assert policy.host is None or policy.host.num_free_blocks == 100  # nothing went to the host
 
 
 def test_static_padded_reserves_the_group_maximum():

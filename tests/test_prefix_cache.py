@@ -227,6 +227,7 @@ def test_collision_that_ignores_the_chain_still_cannot_cross_salts():
     ("continuous", {}),
     ("continuous", {"admission": "watermark", "watermark": 0.1}),
     ("chunked_prefill", {"chunk_size": 16}),
+    ("offload", {"chunk_size": 16}),
 ])
 def test_a_cache_that_cannot_hit_runs_on_block_counts_with_the_same_results(tmp_path, name, options):
     """Requests of lengths alone carry no token content, so a prefix cache can never hit: the
@@ -242,7 +243,9 @@ def test_a_cache_that_cannot_hit_runs_on_block_counts_with_the_same_results(tmp_
     from tests.helpers import SMALL_EXPERIMENT
     from workloads.build import build as build_workload
 
-    data = {**SMALL_EXPERIMENT, "kv_cache": {"block_size": 4, "num_blocks": 60, "prefix_caching": True},
+    host_gib = 0.01 if name == "offload" else 0.0
+    data = {**SMALL_EXPERIMENT, "kv_cache": {"block_size": 4, "num_blocks": 60, "prefix_caching": True,
+                                             "host_memory_gib": host_gib},
             "workload": {**SMALL_EXPERIMENT["workload"], "num_requests": 60, "arrivals": {"kind": "poisson", "rate": 100.0}},
             "cost_model": {"name": "constant", "step_s": 0.01, "per_token_s": 0.0001},
             "policies": [{"name": name, "max_num_batched_tokens": 64, "max_num_seqs": 8, **options}]}
@@ -250,7 +253,8 @@ def test_a_cache_that_cannot_hit_runs_on_block_counts_with_the_same_results(tmp_
     assert any("cannot hit" in note for note in run.info["workload_notes"])
     (fast,) = run.runs
     policy = make_policy(name, num_blocks=60, block_size=4, prefix_caching=True, max_num_batched_tokens=64,
-                         max_num_seqs=8, **options)
+                         max_num_seqs=8, num_host_blocks=run.info["kv_num_host_blocks"],
+                         block_bytes=run.info["kv_block_bytes"], **options)
     assert policy.bm.enable_prefix_caching
     template = build_workload(run.experiment.workload, seed=run.experiment.seed, base_dir=tmp_path).requests
     slow = simulate(template, policy, ConstantCostModel(step_s=0.01, per_token_s=0.0001),
@@ -260,6 +264,8 @@ def test_a_cache_that_cannot_hit_runs_on_block_counts_with_the_same_results(tmp_
                                   check_exact=True)
     assert fast.summary["prefix_cache_queries"] > 0 and fast.summary["prefix_cache_hits"] == 0
     assert fast.summary["num_preemptions"] > 0, "the workload should be crowded enough to preempt"
+    if name == "offload":
+        assert fast.summary["num_preemptions_swap"] > 0
 
 
 def test_a_cache_that_can_hit_is_kept(tmp_path):

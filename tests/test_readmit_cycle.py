@@ -142,4 +142,4 @@ def test_no_cycle_for_a_prompt_that_its_preemption_rejects():
                                 max_num_batched_tokens=16, chunk_size=200, admission="watermark", watermark=0.4)
     (rejected,) = fast.rejected
     assert rejected.request_id == 17 and rejected.num_outputs > 0
-    assert "preempted for recompute" in rejected.reject_reason
+    assert "preempted with" in rejected.reject_reason
