@@ -12,6 +12,7 @@ its own) and writes full per-request and per-step Parquet outputs.
     python benchmarks/sim_speed.py --sizes 10000 --profile-table tests/data/profiles/cpu-tiny-llama.csv
     python benchmarks/sim_speed.py --sizes 10000 --repeat 5     # best and median of 5 fresh runs
     python benchmarks/sim_speed.py --sizes 10000 --prefix-caching  # the same with the prefix cache on
+    python benchmarks/sim_speed.py --sizes 10000 --policies offload  # chunked prefill with a host tier
 
 On a shared machine one run's wall time can be 15% or more off the next one's, minutes apart. With
 `--repeat N` each case runs N times, the policies taking turns (so that a slow spell falls on
@@ -46,7 +47,12 @@ POLICIES = {
     "continuous": {"name": "continuous", "max_num_seqs": 128, "max_num_batched_tokens": 4096},
     "chunked_prefill": {"name": "chunked_prefill", "max_num_seqs": 128, "max_num_batched_tokens": 512,
                         "chunk_size": 512},
+    # Not in the reference: chunked prefill whose victims swap to a host tier (16 GiB).
+    "offload": {"name": "offload", "base": "chunked_prefill", "max_num_seqs": 128, "max_num_batched_tokens": 512,
+                "chunk_size": 512},
 }
+REFERENCE_POLICIES = ["continuous", "chunked_prefill"]
+HOST_MEMORY_GIB = {"offload": 16.0}
 
 
 def experiment(size: int, policy: str, profile_table: str | None = None, prefix_caching: bool = False) -> dict:
@@ -60,7 +66,7 @@ def experiment(size: int, policy: str, profile_table: str | None = None, prefix_
         "cost_model": {"name": "roofline"} if profile_table is None else
                       {"name": "profiled", "table": profile_table, "check_model": False},
         "policies": [POLICIES[policy]],
-        "kv_cache": {"prefix_caching": prefix_caching},
+        "kv_cache": {"prefix_caching": prefix_caching, "host_memory_gib": HOST_MEMORY_GIB.get(policy, 0.0)},
         "output": {"plots": False},
     }
 
@@ -88,7 +94,7 @@ def run_case(size: int, policy: str, out: Path, profile_table: str | None = None
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
-    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument("--policies", nargs="+", default=REFERENCE_POLICIES, choices=list(POLICIES))
     parser.add_argument("--profile-table", help="price steps with this profiled table instead of the roofline")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="with the prefix cache on (the trace has lengths only: nothing can hit)")
