@@ -82,11 +82,15 @@ class StretchMixin:
         """
         running = self.running
         # The newest request is the one most likely still prefilling: look there first.
-        if not running or self.swapped or running[-1].is_prefilling:
+        if not running or running[-1].is_prefilling:
             return None
         if not self._decodes_all_fit(len(running)):
             return None
-        if self.waiting and self._may_admit_during_stretch():
+        swapped = bool(self.swapped)
+        if swapped and (self.bm.tracks_block_ids or self._may_swap_in_during_stretch()):
+            return None
+        # While a request is swapped out, none is admitted (it comes back first).
+        if self.waiting and not swapped and self._may_admit_during_stretch():
             return None
         carry = self._carried(running)
         remaining: list[int] | None = None
@@ -102,7 +106,8 @@ class StretchMixin:
             remaining = steps_left(running)
             to_finish = min(remaining)
         firsts = self.bm.first_new_block_steps(ids)
-        if self.run_past_finishes and not self.waiting and self.can_run_past_finishes():
+        # A finish frees blocks and a seat that a swapped-out request may take: not past one then.
+        if self.run_past_finishes and not self.waiting and not swapped and self.can_run_past_finishes():
             if remaining is None:  # read from the carry: its own, when it knew them
                 remaining = self._steps_left(running, carry)
             # Blocks are counted as if finished requests kept growing: never more than stepping needs.
@@ -114,9 +119,10 @@ class StretchMixin:
                 return None
             num_kept, victims = self._decode_victims(running, firsts)
             return self._preempting_step(running, ids, firsts, context, to_finish, num_kept, victims)
-        # A queue that waits now waits behind a head the run cannot admit (checked above).
+        # A queue that waits now waits behind a head the run cannot admit, or a swapped-out
+        # request that comes back first (checked above).
         return Stretch(num_steps, list(running), ids, firsts, context, to_finish, remaining=remaining,
-                       arrivals_wait=bool(self.waiting))
+                       arrivals_wait=bool(self.waiting) or swapped)
 
     def _preempting_step(self, decoders: list[Request], ids: list[int], firsts: list[int], context: int,
                          to_finish: int | None, num_kept: int, victims: list[Request]) -> Stretch | None:
@@ -245,8 +251,8 @@ class StretchMixin:
     def can_run_past_finishes(self) -> bool:
         """Whether a finish changes nothing for the requests still running but the batch size:
         true where freed blocks are mere counts (no ids, no cache) and the policy releases them
-        at once. (A host tier holds no one then: stretches are planned only while nothing is
-        swapped out, and none swaps a request out.)"""
+        at once. (Runs past finishes are planned only while nothing is swapped out, and none
+        swaps a request out.)"""
         return not self.bm.tracks_block_ids
 
     def _all_decoding(self, requests: list[Request], outputs: list[int] | None = None,
@@ -285,6 +291,20 @@ class StretchMixin:
         head = self.waiting[0]
         need = self._blocks_to_admit(head, min(head.num_tokens, self._first_chunk_limit(len(self.running))))
         return need <= 0 or self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
+
+    def _may_swap_in_during_stretch(self) -> bool:
+        """Whether the first swapped-out request might come back while the batch decodes, as
+        `_resume_swapped` takes it after the decodes (conservative). The seats, the budget the
+        decodes leave and the free blocks cannot grow during a stretch that ends at its first
+        finish, so a request blocked by any of them now stays blocked to its last step."""
+        num_running = len(self.running)
+        tokens_left = self.options.max_num_batched_tokens - num_running
+        if num_running >= self.options.max_num_seqs or tokens_left <= 0:
+            return False
+        head = self.swapped[0]
+        _, positions = self.host.tables[head.request_id]
+        need = self.bm.blocks_for(positions + min(head.num_pending, tokens_left))
+        return self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
 
     def _first_chunk_limit(self, num_decodes: int) -> int:
         return self.options.max_num_batched_tokens

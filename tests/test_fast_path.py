@@ -744,3 +744,29 @@ def test_continuous_admission_runs_with_follow_up_turns_and_a_horizon(monkeypatc
     assert slow.end_reason == fast.end_reason == ("done" if horizon is None else "max_sim_time")
     admitted = [stretch.newcomer for stretch, _ in applied if stretch.newcomer is not None]
     assert any(request.parent_id is not None for request in admitted)  # a follow-up turn among them
+
+
+@pytest.mark.parametrize("name,opts", [("chunked_prefill", {"chunk_size": 16, "preemption": "swap"}),
+                                       ("continuous", {"preemption": "swap"}), ("offload", {"base": "continuous"})])
+def test_decode_runs_go_on_while_a_request_is_swapped_out(monkeypatch, name, opts):
+    """A swapped-out request that cannot come back yet (too few blocks) cannot until a finish
+    frees some: the decodes before it are certain, and requests that arrive wait behind it.
+    Such runs are taken at once (several steps, with a request swapped out), as stepping."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from policies.fast_path import StretchMixin
+    from simcore.presets import get_model
+
+    taken_while_swapped = []
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        if self.swapped:
+            taken_while_swapped.append(len(step_ends))
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    fast, _ = _both_paths_equal(workload(11, content=False), name, cost, num_blocks=48, block_size=4, max_num_seqs=12,
+                                max_num_batched_tokens=96, num_host_blocks=400, block_bytes=4096, **opts)
+    assert taken_while_swapped and max(taken_while_swapped) > 1
