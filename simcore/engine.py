@@ -191,7 +191,7 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
 
     def release_turns(done: list[Request], at: float) -> None:
         """Follow-up turns of requests that finished at `at` start their think time, and those
-        of requests rejected since the last call (a recompute that could never come back)."""
+        of requests rejected since the last call (a victim that could never come back)."""
         if children:
             for request in done:
                 release_children(request, at)
