@@ -770,3 +770,27 @@ def test_decode_runs_go_on_while_a_request_is_swapped_out(monkeypatch, name, opt
     fast, _ = _both_paths_equal(workload(11, content=False), name, cost, num_blocks=48, block_size=4, max_num_seqs=12,
                                 max_num_batched_tokens=96, num_host_blocks=400, block_bytes=4096, **opts)
     assert taken_while_swapped and max(taken_while_swapped) > 1
+
+
+def test_mixed_steps_run_on_while_a_long_prompt_waits_for_budget(monkeypatch):
+    """Mixed continuous batching admits a whole prompt in the budget the decodes leave: a head
+    of 62 positions waits while more than 2 of the 64 tokens go to decodes, however many blocks
+    are free, and the request behind it waits too. The decodes up to the first finish are
+    certain meanwhile: taken at once (several steps with the queue waiting), as stepping."""
+    from policies.fast_path import StretchMixin
+
+    taken_while_waiting = []
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        if self.waiting:
+            taken_while_waiting.append(len(step_ends))
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    requests = [req(i, 0.0, 10, 20 + 7 * i) for i in range(6)]
+    requests += [req(6, 0.05, 62, 5), req(7, 0.06, 4, 5)]
+    fast, _ = _both_paths_equal(requests, "continuous", ConstantCostModel(step_s=0.01), num_blocks=400, block_size=4,
+                                max_num_seqs=16, max_num_batched_tokens=64, mixed=True)
+    assert taken_while_waiting and max(taken_while_waiting) > 1
+    assert {6, 7} <= {r.request_id for r in fast.finished}
