@@ -123,7 +123,7 @@ class ChunkedPrefillPolicy(BasePolicy):
                 if stretch is not None:
                     return self._readmit_cycle(stretch) or stretch
             return self._prefill_stretch(prompt, decoders)
-        if self.waiting and self.options.admission != "reserve":
+        if self.waiting:
             # Only a head that the next step admits gives a stretch here (its own admission
             # check is stricter than `_may_admit_during_stretch`): none means either the decode
             # steps go on without it, or the step is left to stepping, as that test decides.
@@ -191,7 +191,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         if admits:
             # Admission's own check, after the step's decodes took their blocks (as _try_admit).
             decode_blocks = firsts.count(1)  # a step's decode needs a block where its first is 1 (firsts are >= 1)
-            need = self.bm.blocks_for(min(pending, chunk))
+            need = self._blocks_to_admit(prefill, min(pending, chunk))
             if not self.bm.can_allocate(decode_blocks + need, reserve=self.num_watermark_blocks()):
                 return None
         # With others waiting, none can join these steps (the checks above), however many come.
@@ -211,7 +211,7 @@ class ChunkedPrefillPolicy(BasePolicy):
                     total = stretch.num_steps = before_tail + 1
         # Blocks are counted as if finished decoders kept growing: never more than stepping needs.
         limit = self._steps_with_blocks(firsts, prefill, stretch.prompt_positions,
-                                        total if stretch.remaining else min(total, to_finish), pending)
+                                        total if stretch.remaining else min(total, to_finish), pending, admits)
         if limit < 1:
             return None
         if limit < total:
@@ -314,20 +314,26 @@ class ChunkedPrefillPolicy(BasePolicy):
         raise AssertionError("unreachable: the last span has no end")
 
     def _steps_with_blocks(self, firsts: list[int], prefill: Request, positions: Callable[[int], int], limit: int,
-                           pending: int) -> int:
+                           pending: int, admits: bool = False) -> int:
         """Most steps (<= limit) whose new blocks, decodes and chunks together, are free now
-        (the first k steps process positions(k) of the prompt's `pending` positions)."""
+        (the first k steps process positions(k) of the prompt's `pending` positions; the first
+        admits the prompt where `admits`, with the blocks admission gives it)."""
         free, bs = self.bm.num_free_blocks, self.bm.block_size
         if limit < 1:
             return limit
+
+        def prompt_blocks(num_positions: int) -> int:
+            if admits:
+                return self._blocks_on_admission(prefill, num_positions)[0]
+            return self.bm.num_new_blocks_needed(prefill.request_id, num_positions)
+
         # Even if every decoder took its most blocks, and the prompt all it has left (plenty
         # free: the usual case).
-        if len(firsts) * (limit // bs + 1) + self.bm.num_new_blocks_needed(prefill.request_id, pending) <= free:
+        if len(firsts) * (limit // bs + 1) + prompt_blocks(pending) <= free:
             return limit
 
         def fits(num_steps: int) -> bool:
-            prompt_blocks = self.bm.num_new_blocks_needed(prefill.request_id, min(positions(num_steps), pending))
-            return decode_blocks_fit(firsts, num_steps, bs, free - prompt_blocks)
+            return decode_blocks_fit(firsts, num_steps, bs, free - prompt_blocks(min(positions(num_steps), pending)))
 
         if fits(limit):
             return limit

@@ -794,3 +794,18 @@ def test_mixed_steps_run_on_while_a_long_prompt_waits_for_budget(monkeypatch):
                                 max_num_seqs=16, max_num_batched_tokens=64, mixed=True)
     assert taken_while_waiting and max(taken_while_waiting) > 1
     assert {6, 7} <= {r.request_id for r in fast.finished}
+
+
+def test_reserve_admission_on_a_prompts_stretch(monkeypatch):
+    """Under reserve admission the step that admits the queue's head gives it blocks for every
+    position it will hold: the prompt's stretch from its admission counts those, not its
+    chunks', and matches stepping (crowded enough that some heads find too few)."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    _both_paths_equal(workload(13, content=False), "chunked_prefill", cost, num_blocks=64, block_size=4,
+                      max_num_seqs=12, max_num_batched_tokens=16, chunk_size=16, admission="reserve")
+    assert any(stretch.admits and steps > 1 for stretch, steps in applied)
