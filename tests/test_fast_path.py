@@ -250,16 +250,17 @@ def test_fast_path_matches_step_by_step_on_random_workloads(seed, config, cachin
     assert frames[0][2] == frames[1][2]
 
 
-def _spy_parts(monkeypatch, *, ends: bool = False):
+def _spy_parts(monkeypatch, *, ends: bool = False, when=None):  # noqa: ANN001
     """Record every stretch part the engine applies, with the steps it took of it (their end
-    times, with `ends`)."""
+    times, with `ends`); with `when`, only those applied while `when(policy)` holds."""
     from policies.fast_path import StretchMixin
 
     applied = []
     original = StretchMixin.apply_stretch
 
     def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
-        applied.append((stretch, list(step_ends) if ends else len(step_ends)))
+        if when is None or when(self):
+            applied.append((stretch, list(step_ends) if ends else len(step_ends)))
         return original(self, stretch, step_ends)
 
     monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
@@ -754,22 +755,13 @@ def test_decode_runs_go_on_while_a_request_is_swapped_out(monkeypatch, name, opt
     Such runs are taken at once (several steps, with a request swapped out), as stepping."""
     from backends.base import CostContext
     from backends.roofline import make_roofline
-    from policies.fast_path import StretchMixin
     from simcore.presets import get_model
 
-    taken_while_swapped = []
-    original = StretchMixin.apply_stretch
-
-    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
-        if self.swapped:
-            taken_while_swapped.append(len(step_ends))
-        return original(self, stretch, step_ends)
-
-    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    taken_while_swapped = _spy_parts(monkeypatch, when=lambda policy: bool(policy.swapped))
     cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
-    fast, _ = _both_paths_equal(workload(11, content=False), name, cost, num_blocks=48, block_size=4, max_num_seqs=12,
-                                max_num_batched_tokens=96, num_host_blocks=400, block_bytes=4096, **opts)
-    assert taken_while_swapped and max(taken_while_swapped) > 1
+    _both_paths_equal(workload(11, content=False), name, cost, num_blocks=48, block_size=4, max_num_seqs=12,
+                      max_num_batched_tokens=96, num_host_blocks=400, block_bytes=4096, **opts)
+    assert max((steps for _, steps in taken_while_swapped), default=0) > 1
 
 
 def test_mixed_steps_run_on_while_a_long_prompt_waits_for_budget(monkeypatch):
@@ -777,22 +769,12 @@ def test_mixed_steps_run_on_while_a_long_prompt_waits_for_budget(monkeypatch):
     of 62 positions waits while more than 2 of the 64 tokens go to decodes, however many blocks
     are free, and the request behind it waits too. The decodes up to the first finish are
     certain meanwhile: taken at once (several steps with the queue waiting), as stepping."""
-    from policies.fast_path import StretchMixin
-
-    taken_while_waiting = []
-    original = StretchMixin.apply_stretch
-
-    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
-        if self.waiting:
-            taken_while_waiting.append(len(step_ends))
-        return original(self, stretch, step_ends)
-
-    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    taken_while_waiting = _spy_parts(monkeypatch, when=lambda policy: bool(policy.waiting))
     requests = [req(i, 0.0, 10, 20 + 7 * i) for i in range(6)]
     requests += [req(6, 0.05, 62, 5), req(7, 0.06, 4, 5)]
     fast, _ = _both_paths_equal(requests, "continuous", ConstantCostModel(step_s=0.01), num_blocks=400, block_size=4,
                                 max_num_seqs=16, max_num_batched_tokens=64, mixed=True)
-    assert taken_while_waiting and max(taken_while_waiting) > 1
+    assert max((steps for _, steps in taken_while_waiting), default=0) > 1
     assert {6, 7} <= {r.request_id for r in fast.finished}
 
 
