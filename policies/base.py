@@ -530,14 +530,23 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             return self.bm.table(request_id)
         return (NO_BLOCK_ID,) * self.bm.num_table_blocks[request_id]
 
+    def _can_swap_in(self, request: Request, num_tokens: int) -> bool:
+        """Whether a swapped request can come back in a step with `num_tokens` of its budget
+        left: blocks for its stored positions and the ones it runs now, the watermark kept free
+        (`_try_swap_in`'s test; the fast path's `_may_swap_in_during_stretch` asks it too)."""
+        assert self.host is not None
+        positions = self.host.tables[request.request_id][1]
+        num_new = min(request.num_pending, num_tokens)
+        return num_new > 0 and self.bm.can_allocate(self.bm.blocks_for(positions + num_new),
+                                                    reserve=self.num_watermark_blocks())
+
     def _try_swap_in(self, request: Request, budget: StepBudget) -> bool:
         """Bring a swapped request back: fresh device blocks, host -> device copies, then run it."""
         assert self.host is not None and self._plan is not None
+        if budget.num_seqs <= 0 or not self._can_swap_in(request, budget.num_tokens):
+            return False
         blocks, positions = self.host.tables[request.request_id]
         num_new = min(request.num_pending, budget.num_tokens)
-        need = self.bm.blocks_for(positions + num_new)
-        if num_new <= 0 or budget.num_seqs <= 0 or not self.bm.can_allocate(need, reserve=self.num_watermark_blocks()):
-            return False
         self.host.release(request.request_id)
         self.bm.allocate(request.request_id, positions)
         self.bm.append(request.request_id, positions)

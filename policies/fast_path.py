@@ -59,6 +59,7 @@ class StretchMixin:
     _preempted_at: dict[int, tuple[float, int, str]]
     _note_resumed: Any
     _decode_victims: Any
+    _can_swap_in: Any
     _take_off_running: Any
     _drop_for_recompute: Any
     _now: float
@@ -298,13 +299,9 @@ class StretchMixin:
         decodes leave and the free blocks cannot grow during a stretch that ends at its first
         finish, so a request blocked by any of them now stays blocked to its last step."""
         num_running = len(self.running)
-        tokens_left = self.options.max_num_batched_tokens - num_running
-        if num_running >= self.options.max_num_seqs or tokens_left <= 0:
+        if num_running >= self.options.max_num_seqs:
             return False
-        head = self.swapped[0]
-        _, positions = self.host.tables[head.request_id]
-        need = self.bm.blocks_for(positions + min(head.num_pending, tokens_left))
-        return self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
+        return self._can_swap_in(self.swapped[0], self.options.max_num_batched_tokens - num_running)
 
     def _first_chunk_limit(self, num_decodes: int) -> int:
         return self.options.max_num_batched_tokens

@@ -42,17 +42,16 @@ class BlockCounter(BlockArithmetic):
     @property
     def num_positions(self) -> dict[int, int]:
         """Positions each request stores (derived: a copy, for checks and reports)."""
-        bs, bulk = self.block_size, self._bulk_steps
-        return {rid: held * bs - self._first_new[rid] + bulk + 1 for rid, held in self.num_table_blocks.items()}
+        return {rid: self.stored_positions(rid) for rid in self.num_table_blocks}
 
     def stored_positions(self, request_id: int) -> int:
         """Positions `request_id` stores (`num_positions` for one request, without the dict)."""
         return self.num_table_blocks[request_id] * self.block_size - self._first_new[request_id] + self._bulk_steps + 1
 
     def num_new_blocks_needed(self, request_id: int, num_new_positions: int) -> int:
-        stored = self._first_new.get(request_id)
+        first_new = self._first_new.get(request_id)
         # Positions past the free slots (all of them for a request with no table).
-        beyond = num_new_positions if stored is None else num_new_positions - stored + self._bulk_steps + 1
+        beyond = num_new_positions if first_new is None else num_new_positions - first_new + self._bulk_steps + 1
         return -(-beyond // self.block_size) if beyond > 0 else 0
 
     def lookup_prefix(self, hashes, contents, root=()) -> PrefixHit:  # noqa: ANN001
