@@ -157,16 +157,19 @@ class ChunkedPrefillPolicy(BasePolicy):
         recompute = prefill.num_outputs > 0
         if recompute and chunk == 1:
             return None
+        # Every seat taken (the decoders and the prompt): no waiting request joins a step until
+        # a decoder finishes.
+        seats_full = len(decoders) + 1 >= self.options.max_num_seqs
         # The last chunk is all that is left, and a request waits to join its step: that step
         # alone, planned below (its own checks decide who else could join).
-        last_chunk_only = num_waiting > 0 and pending <= chunk and not admits \
+        last_chunk_only = num_waiting > 0 and pending <= chunk and not admits and not seats_full \
             and not _counted_as_decode(prefill, pending)
-        if num_waiting and chunk < budget_left and len(decoders) + 1 < self.options.max_num_seqs \
-                and not last_chunk_only:
+        if num_waiting and chunk < budget_left and not seats_full and not last_chunk_only:
             return None  # budget left beside the chunk: a waiting request could be admitted
         num_steps = (pending - 1) // chunk  # steps before the chunk that completes the prompt
-        # With nothing waiting, the step of that last chunk is certain too: nothing joins it.
-        tail = 0 if num_waiting else pending - num_steps * chunk
+        # With nothing waiting, the step of that last chunk is certain too: nothing joins it; nor
+        # where the seats stay taken to its end (checked below, once the finishes are known).
+        tail = 0 if num_waiting and not seats_full else pending - num_steps * chunk
         if _counted_as_decode(prefill, tail):
             tail = 0
         total = num_steps + (1 if tail else 0)
@@ -184,6 +187,11 @@ class ChunkedPrefillPolicy(BasePolicy):
                 to_finish = min(left)
             else:
                 to_finish = total + 1
+        if num_waiting and tail and to_finish < total:
+            # A decoder finishes before the last chunk's step, whose seat a waiting request may
+            # take there: the steps before it, as under any queue (they may run past finishes,
+            # below; total >= 2, as to_finish >= 1).
+            tail, total = 0, num_steps
         firsts = self.bm.first_new_block_steps(ids)
         if last_chunk_only:
             before = Stretch(0, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed)
@@ -199,7 +207,10 @@ class ChunkedPrefillPolicy(BasePolicy):
                           tail=tail, admits=admits, arrivals_wait=num_waiting > 0)
         # With a queue, the steps before the last chunk's (`total`) run past finishes, which
         # then also come before the step that admits the next prompt.
-        if to_finish < total + (num_waiting > 0) and self._can_run_past_finishes_beside(num_waiting, recompute):
+        # (Not with a tail while others wait: every seat stays taken to its end, where the
+        # first finish comes, if any.)
+        if to_finish < total + (num_waiting > 0) and not (num_waiting and tail) and \
+                self._can_run_past_finishes_beside(num_waiting, recompute):
             stretch.remaining = left if left is not None else self._steps_left(decoders, carry)
             if chunk < self.chunk_size:
                 stretch.chunk_cap = self.chunk_size
@@ -216,9 +227,12 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None
         if limit < total:
             stretch.num_steps, stretch.tail = limit, 0
-        if stretch.tail and (to_finish > limit or stretch.remaining) and prefill.num_target_outputs > prefill.num_outputs + 1:
+        if stretch.tail and not num_waiting and (to_finish > limit or stretch.remaining) and \
+                prefill.num_target_outputs > prefill.num_outputs + 1:
+            # (With a queue, the decodes after it are planned when it is done: they end at the
+            # first finish, which frees a seat, and a follow-on part would not let arrivals wait.)
             stretch.plan_then = partial(self._decodes_after_prompt, pending=pending)
-        elif num_waiting and limit == total and (to_finish > limit or stretch.remaining):
+        elif num_waiting and not stretch.tail and limit == total and (to_finish > limit or stretch.remaining):
             # Its decoders are those of the steps before: one part, not a part of one step after it.
             return self._last_chunk_with_newcomer(stretch, pending) or stretch
         return stretch

@@ -778,6 +778,24 @@ def test_mixed_steps_run_on_while_a_long_prompt_waits_for_budget(monkeypatch):
     assert {6, 7} <= {r.request_id for r in fast.finished}
 
 
+@pytest.mark.parametrize("budget", [16, 64])
+def test_a_prompts_last_chunk_while_every_seat_is_taken(monkeypatch, budget):
+    """With a queue and every seat taken, no waiting request can join the step of a prompt's
+    last chunk: the prompt's stretch takes that step too (letting arrivals wait), unless a
+    decoder finishes before it; and matches stepping (a token budget of one chunk, whose steps
+    before the last chunk's run past finishes, and of four)."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from simcore.presets import get_model
+
+    applied = _spy_parts(monkeypatch, when=lambda policy: len(policy.waiting) > 1)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    _both_paths_equal(workload(7, content=False), "chunked_prefill", cost, num_blocks=400, block_size=4,
+                      max_num_seqs=4, max_num_batched_tokens=budget, chunk_size=16)
+    assert any(stretch.tail and stretch.arrivals_wait and stretch.newcomer is None and steps == stretch.num_steps
+               for stretch, steps in applied)
+
+
 def test_reserve_admission_on_a_prompts_stretch(monkeypatch):
     """Under reserve admission the step that admits the queue's head gives it blocks for every
     position it will hold: the prompt's stretch from its admission counts those, not its
