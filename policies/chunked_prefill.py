@@ -227,11 +227,9 @@ class ChunkedPrefillPolicy(BasePolicy):
             return None
         if limit < total:
             stretch.num_steps, stretch.tail = limit, 0
-        if stretch.tail and not num_waiting and (to_finish > limit or stretch.remaining) and \
-                prefill.num_target_outputs > prefill.num_outputs + 1:
-            # (With a queue, the decodes after it are planned when it is done: they end at the
-            # first finish, which frees a seat, and a follow-on part would not let arrivals wait.)
-            stretch.plan_then = partial(self._decodes_after_prompt, pending=pending)
+        if stretch.tail and (to_finish > limit or stretch.remaining) and prefill.num_target_outputs > prefill.num_outputs + 1:
+            # With a queue, every seat is taken to the first finish (a tail is planned only then).
+            stretch.plan_then = partial(self._decodes_after_prompt, pending=pending, queue=num_waiting > 0)
         elif num_waiting and not stretch.tail and limit == total and (to_finish > limit or stretch.remaining):
             # Its decoders are those of the steps before: one part, not a part of one step after it.
             return self._last_chunk_with_newcomer(stretch, pending) or stretch

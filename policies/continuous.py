@@ -113,9 +113,14 @@ class ContinuousPolicy(BasePolicy):
         stretch = Stretch(num_steps=1, decoders=[], decode_ids=[], decode_firsts=[], decode_context=0,
                           steps_to_finish=1, newcomer=head, newcomer_chunk=prompt)
         # While others wait, the next step tries to admit the next of them: no decode run is
-        # certain after this step.
-        if head.num_target_outputs > head.num_outputs + 1 and not others_wait:
-            stretch.plan_then = partial(self._decodes_after_admission, carry=carry)
+        # certain after this step, unless the head takes the last seat; then none is admitted
+        # before the first finish, and arrivals wait with them.
+        if head.num_target_outputs > head.num_outputs + 1:
+            if not others_wait:
+                stretch.plan_then = partial(self._decodes_after_admission, carry=carry)
+            elif len(running) + 1 >= self.options.max_num_seqs:
+                stretch.arrivals_wait = True
+                stretch.plan_then = partial(self._decodes_after_admission, carry=carry, queue=True)
         return stretch
 
     def _admits_next_beside(self, head: Request, watermark: int) -> bool:
@@ -136,10 +141,12 @@ class ContinuousPolicy(BasePolicy):
         need = self._blocks_to_admit(following, following.num_tokens)
         return need + watermark <= self.bm.num_free_blocks - head_blocks
 
-    def _decodes_after_admission(self, admission: Stretch, carry: DecoderCarry | None) -> Stretch | None:
+    def _decodes_after_admission(self, admission: Stretch, carry: DecoderCarry | None,
+                                 queue: bool = False) -> Stretch | None:
         """The decode-only steps of the running batch and the request that `admission` (a step
-        that admits a whole prompt) admits, after that step (nothing waits then), planned from
-        the state that step leaves."""
+        that admits a whole prompt) admits, after that step, planned from the state that step
+        leaves: nothing waits then, or, with `queue`, what waits cannot take a seat before the
+        first finish (`_decodes_joined`)."""
         running, head = self.running, admission.newcomer
         assert head is not None
         taken, head_first = self._blocks_on_admission(head, head.num_tokens)
@@ -151,4 +158,4 @@ class ContinuousPolicy(BasePolicy):
         contexts.append(head.num_tokens)
         return self._decodes_joined([*running, head], [*ids, head.request_id],
                                     [*self.bm.first_new_block_steps(ids), head_first], remaining, contexts,
-                                    self.bm.num_free_blocks - taken)
+                                    self.bm.num_free_blocks - taken, queue)

@@ -309,11 +309,11 @@ class StretchMixin:
     def _after_decode_steps(self) -> None:
         """Policy state a run of decode-only steps changes (e.g. alternating order)."""
 
-    def _decodes_after_prompt(self, stretch: Stretch, pending: int) -> Stretch | None:
+    def _decodes_after_prompt(self, stretch: Stretch, pending: int, queue: bool = False) -> Stretch | None:
         """The decode-only stretch that follows one whose last step completes its prompt (the
         tail, `pending` positions from now): that request now decodes beside the stretch's
         decoders that did not finish in it (where it runs past finishes). Planned from the state
-        the stretch leaves."""
+        the stretch leaves; with `queue`, behind a queue that waits for a seat (`_decodes_joined`)."""
         num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
         decoders, ids = stretch.decoders, stretch.decode_ids
@@ -329,20 +329,22 @@ class StretchMixin:
         remaining.append(prompt.num_target_outputs - prompt.num_outputs - 1)  # its output in the tail's step
         contexts.append(prompt.num_processed + pending)
         return self._decodes_joined([*decoders, prompt], [*ids, prompt.request_id], firsts, remaining,
-                                    contexts, self.bm.num_free_blocks - taken)
+                                    contexts, self.bm.num_free_blocks - taken, queue)
 
     def _decodes_joined(self, decoders: list[Request], ids: list[int], firsts: list[int], remaining: list[int],
-                        contexts: list[int], num_free: int) -> Stretch | None:
+                        contexts: list[int], num_free: int, queue: bool = False) -> Stretch | None:
         """The decode-only stretch of `decoders` that follows a part which brought the last of
         them into the batch, planned from what that part leaves: their next new-block steps,
-        steps to their last outputs and contexts, and the blocks free."""
+        steps to their last outputs and contexts, and the blocks free. With `queue`, requests
+        wait that none of its steps can admit, as every seat is taken (the caller's check): it
+        ends at the first finish, which frees one, and lets arrivals wait."""
         to_finish = min(remaining)
-        past = self.run_past_finishes and self.can_run_past_finishes()
+        past = not queue and self.run_past_finishes and self.can_run_past_finishes()
         limit = max_steps_within(firsts, self.bm.block_size, num_free, max(remaining) if past else to_finish)
         if limit < 1 or not self._decodes_all_fit(len(firsts)):
             return None
         return Stretch(limit, decoders, ids, firsts, sum(contexts), to_finish, remaining=remaining if past else None,
-                       decode_contexts=contexts)
+                       decode_contexts=contexts, arrivals_wait=queue)
 
     def _blocks_after(self, stretch: Stretch, pending: int) -> tuple[int, list[int], int]:
         """What a prefill stretch's steps, and its prompt's `pending` positions, leave to the block

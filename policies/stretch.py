@@ -67,15 +67,17 @@ class Stretch:
     # A decode-only stretch that follows this one's last step, planned from the state it leaves
     # (the prompt completed by the tail decodes beside the others): by `plan_then`, given this
     # stretch, when the engine's pricing first reaches it (see `next_part`). A run is often cut
-    # by an arrival before, and planning it reads the whole batch. No such stretch lets arrivals
-    # wait. (`plan_then` is given the stretch rather than holding it: a stretch that held itself
-    # would be a reference cycle, left to the garbage collector when never reached.)
+    # by an arrival before, and planning it reads the whole batch. It lets arrivals wait as this
+    # one does: where they wait, it is planned without the queue, which none of its steps can
+    # admit from (every seat stays taken to its end). (`plan_then` is given the stretch rather
+    # than holding it: a stretch that held itself would be a reference cycle, left to the
+    # garbage collector when never reached.)
     then: Stretch | None = None
     plan_then: Callable[[Stretch], Stretch | None] | None = None
     # Whether requests arriving during this stretch's steps cannot change them: they join the
     # queue behind a head that none of its steps can admit (admission is first come, first
-    # served), so the engine need not stop at them; it does not where any part of a run says
-    # so. Such a run changes the queue only by those arrivals and its own admissions (the
+    # served), so the engine need not stop at them. Every part of a run says the same (the
+    # engine checks). Such a run changes the queue only by those arrivals and its own admissions (the
     # engine's step records count on it). Under load, where a queue builds up, arrivals come
     # every step or two.
     arrivals_wait: bool = False

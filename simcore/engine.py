@@ -226,6 +226,9 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
 
         def pieces():  # noqa: ANN202
             for part in plan.parts():
+                if part.arrivals_wait is not arrivals_wait:
+                    # The run's first part decided before pricing whether arrivals bound it.
+                    raise AssertionError("the parts of a run disagree on whether arrivals wait")
                 parts.append(part)
                 yield from part.runs()
 
@@ -243,9 +246,8 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         taken: list[float] = []
         add_end, add_taken, inf = ends.append, taken.append, math.inf
         clock = start
-        # Where arrivals cannot change the run, it goes on past them (they are taken below). No
-        # stretch that follows another lets them wait.
-        arrivals_wait = plan.arrivals_wait and not goes_on
+        # Where arrivals cannot change the run, it goes on past them (they are taken below).
+        arrivals_wait = plan.arrivals_wait
         arrival = math.inf if arrivals_wait else next_arrival()[0]
         if clock >= arrival:
             return None  # an arrival comes first

@@ -708,8 +708,9 @@ def test_continuous_admission_runs_leave_queues_and_recomputes_to_stepping(monke
 def test_continuous_admission_runs_admit_the_head_alone_while_others_wait(monkeypatch, limit):
     """Where others wait but the step can admit only the head (the next needs more tokens than
     the budget leaves, a seat or blocks beside the head's), that step is a run of its own, with
-    no decode steps after it (the next step tries the queue again); results equal stepping's.
-    Where the next fits too, `schedule` plans the step (tested above)."""
+    no decode steps after it (the next step tries the queue again), unless the head took the
+    last seat: then the decodes up to the first finish follow it, arrivals waiting. Results equal
+    stepping's. Where the next fits too, `schedule` plans the step (tested above)."""
     from backends.base import CostContext
     from backends.roofline import make_roofline
     from simcore.presets import get_model
@@ -722,8 +723,12 @@ def test_continuous_admission_runs_admit_the_head_alone_while_others_wait(monkey
     # One decodes; three arrive together while it does (40-token prompts: 10 blocks each).
     requests = [req(0, 0.0, 8, 30), req(1, 0.05, 40, 20), req(2, 0.05, 40, 20), req(3, 0.05, 40, 20)]
     _both_paths_equal(requests, "continuous", cost, num_blocks=num_blocks, block_size=4, **options)
-    alone = [stretch for stretch, _ in applied if stretch.newcomer is not None and not stretch.may_go_on()]
-    assert [stretch.newcomer.request_id for stretch in alone][:1] == [1]
+    # (Request 0 is admitted alone, nothing waiting: the decodes follow it.)
+    admitting = [stretch for stretch, _ in applied if stretch.newcomer is not None and stretch.newcomer.request_id]
+    assert [stretch.newcomer.request_id for stretch in admitting][:1] == [1]
+    # Request 1 takes the last seat where there are two: the decodes follow, behind the queue.
+    assert admitting[0].may_go_on() == (limit == "seats")
+    assert admitting[0].arrivals_wait == (limit == "seats")
 
 
 @pytest.mark.parametrize("horizon", [None, 1.2])
@@ -778,21 +783,30 @@ def test_mixed_steps_run_on_while_a_long_prompt_waits_for_budget(monkeypatch):
     assert {6, 7} <= {r.request_id for r in fast.finished}
 
 
-@pytest.mark.parametrize("budget", [16, 64])
-def test_a_prompts_last_chunk_while_every_seat_is_taken(monkeypatch, budget):
-    """With a queue and every seat taken, no waiting request can join the step of a prompt's
-    last chunk: the prompt's stretch takes that step too (letting arrivals wait), unless a
-    decoder finishes before it; and matches stepping (a token budget of one chunk, whose steps
-    before the last chunk's run past finishes, and of four)."""
+@pytest.mark.parametrize("name,opts", [("chunked_prefill", {"chunk_size": 16, "max_num_batched_tokens": 16}),
+                                       ("chunked_prefill", {"chunk_size": 16, "max_num_batched_tokens": 64}),
+                                       ("continuous", {"max_num_batched_tokens": 64})])
+def test_runs_behind_a_queue_while_every_seat_is_taken(monkeypatch, name, opts):
+    """With a queue and every seat taken, no waiting request can join a step before the first
+    finish: under chunked prefill the prompt's stretch takes the step of its last chunk too
+    (unless a decoder finishes before it), and the decodes after it with that request among
+    them; under continuous batching the decodes follow the step that admits the head into the
+    last seat. Arrivals wait throughout: one run, not one to each arrival. The tables match
+    stepping (a token budget of one chunk, whose steps before the last chunk's run past
+    finishes, and of four)."""
     from backends.base import CostContext
     from backends.roofline import make_roofline
     from simcore.presets import get_model
 
     applied = _spy_parts(monkeypatch, when=lambda policy: len(policy.waiting) > 1)
     cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
-    _both_paths_equal(workload(7, content=False), "chunked_prefill", cost, num_blocks=400, block_size=4,
-                      max_num_seqs=4, max_num_batched_tokens=budget, chunk_size=16)
-    assert any(stretch.tail and stretch.arrivals_wait and stretch.newcomer is None and steps == stretch.num_steps
+    _both_paths_equal(workload(7, content=False), name, cost, num_blocks=400, block_size=4, max_num_seqs=4, **opts)
+    if name == "chunked_prefill":
+        assert any(stretch.tail and stretch.arrivals_wait and stretch.newcomer is None and steps == stretch.num_steps
+                   for stretch, steps in applied)
+    # A decode part planned after the part that brought its newest request in (its contexts
+    # given), letting arrivals wait as that part did.
+    assert any(stretch.arrivals_wait and stretch.decode_contexts is not None and steps > 1
                for stretch, steps in applied)
 
 
