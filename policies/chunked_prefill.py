@@ -277,8 +277,6 @@ class ChunkedPrefillPolicy(BasePolicy):
         num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
         newcomer = self.waiting[1 if stretch.admits else 0]
-        if self.options.admission == "reserve":
-            return None  # admission that reserves every block up front
         # The decoders in that step: those that did not finish in the steps before.
         remaining = stretch.remaining
         num_decodes = len(stretch.decoders) if remaining is None else len([left for left in remaining if left > num_steps])
@@ -293,10 +291,11 @@ class ChunkedPrefillPolicy(BasePolicy):
         has_room = new_chunk < room and num_decodes + 2 < self.options.max_num_seqs
         if new_chunk < 1 or (num_others and has_room):
             return None  # no room for it, or room for one more
-        # Blocks: the decodes' in all these steps, the prompt's, then the newcomer's, which
+        # Blocks: the decodes' in all these steps, the prompt's, then the newcomer's (those
+        # admission gives it: under reserve admission, for every position it will hold), which
         # admission takes only while the watermark stays free. Decoders that finished before
         # are counted as if they kept growing (stepping has their blocks back: as many free).
-        need = self._prompt_blocks_after(stretch, pending)[0] + self.bm.blocks_for(new_chunk)
+        need = self._prompt_blocks_after(stretch, pending)[0] + self._blocks_to_admit(newcomer, new_chunk)
         free = self.bm.num_free_blocks - need - self.num_watermark_blocks()
         if not decode_blocks_fit(stretch.decode_firsts, num_steps + 1, self.bm.block_size, free):
             return None

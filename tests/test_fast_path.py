@@ -813,7 +813,8 @@ def test_runs_behind_a_queue_while_every_seat_is_taken(monkeypatch, name, opts):
 def test_reserve_admission_on_a_prompts_stretch(monkeypatch):
     """Under reserve admission the step that admits the queue's head gives it blocks for every
     position it will hold: the prompt's stretch from its admission counts those, not its
-    chunks', and matches stepping (crowded enough that some heads find too few)."""
+    chunks', and so does the step of a prompt's last chunk that admits the next request (the
+    newcomer) beside it; both match stepping (crowded enough that some heads find too few)."""
     from backends.base import CostContext
     from backends.roofline import make_roofline
     from simcore.presets import get_model
@@ -823,3 +824,5 @@ def test_reserve_admission_on_a_prompts_stretch(monkeypatch):
     _both_paths_equal(workload(13, content=False), "chunked_prefill", cost, num_blocks=64, block_size=4,
                       max_num_seqs=12, max_num_batched_tokens=16, chunk_size=16, admission="reserve")
     assert any(stretch.admits and steps > 1 for stretch, steps in applied)
+    assert any(stretch.newcomer is not None and stretch.prefill is not None and steps == stretch.num_steps
+               for stretch, steps in applied)
