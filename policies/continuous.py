@@ -12,7 +12,7 @@ from functools import partial
 
 from policies.base import BasePolicy
 from policies.budget import StepBudget
-from policies.fast_path import request_ids
+from policies.fast_path import request_ids, steps_to_first_finish
 from policies.stretch import DecoderCarry, Stretch
 from simcore.request import Request
 
@@ -66,15 +66,15 @@ class ContinuousPolicy(BasePolicy):
         decode-only steps that follow with it in the batch: most steps that `schedule` would
         plan are those (under light load the queue is that one request; under load, long
         prompts leave no budget for a second)."""
-        # Only where nothing else shapes the admission step: mixed steps admit beside the
-        # decodes, swapped requests come back before any admission, and a prefix cache gives
-        # prompts hits and block ids that planning would have to work out (as would a host
-        # tier's copies, where blocks have ids).
-        can_plan_admission = not (self.mixed or self.swapped or self.bm.enable_prefix_caching
+        # Only where nothing else shapes the admission step: swapped requests come back before
+        # any admission, and a prefix cache gives prompts hits and block ids that planning
+        # would have to work out (as would a host tier's copies, where blocks have ids).
+        can_plan_admission = not (self.swapped or self.bm.enable_prefix_caching
                                   or (self.host is not None and self.bm.tracks_block_ids))
         if can_plan_admission and self.waiting:
             # Where the head can be admitted, the next step admits it: no decode-only run first.
-            stretch = self._admission_stretch(self.waiting[0])
+            head = self.waiting[0]
+            stretch = self._mixed_admission_stretch(head) if self.mixed else self._admission_stretch(head)
             if stretch is not None:
                 return stretch
         return super().plan_stretch()
@@ -121,6 +121,55 @@ class ContinuousPolicy(BasePolicy):
             elif len(running) + 1 >= self.options.max_num_seqs:
                 stretch.arrivals_wait = True
                 stretch.plan_then = partial(self._decodes_after_admission, carry=carry, queue=True)
+        return stretch
+
+    def _mixed_admission_stretch(self, head: Request) -> Stretch | None:
+        """The mixed step that admits `head` alone, whole, beside every running decode (its
+        prompt admitted and completed in one step: a chunk the size of the prompt, chunked
+        prefill's `tail`), where the blocks and the budget the decodes leave admit it and not
+        the next waiting request; then the decodes that follow with it among them, where nothing
+        else waits, or what waits cannot be admitted before the first finish. With nothing
+        running, the step is the unmixed one (`_admission_stretch`)."""
+        running = self.running
+        if not running:
+            return self._admission_stretch(head)
+        num_running, prompt = len(running), head.num_tokens
+        budget_left = self.options.max_num_batched_tokens - num_running  # after the decodes
+        if num_running >= self.options.max_num_seqs or prompt > budget_left:
+            return None
+        carry = self._carried(running)
+        columns = self._decoder_columns(running, carry)
+        if columns is None:
+            return None
+        ids, context, to_finish = columns
+        if to_finish is None:
+            to_finish = steps_to_first_finish(running)
+        firsts = self.bm.first_new_block_steps(ids)
+        # The decodes take their blocks first (too few: they preempt, stepping's), then
+        # admission asks for the head's while the watermark stays free (as _try_admit).
+        free = self.bm.num_free_blocks - firsts.count(1)  # a decode needs a block where its first is 1
+        watermark = self.num_watermark_blocks()
+        if free < 0 or self._blocks_to_admit(head, prompt) + watermark > free:
+            return None
+        queue = len(self.waiting) > 1
+        held_back = False  # whether what waits stays out of the decode steps after, to the first finish
+        if queue:
+            following = self.waiting[1]
+            seats_left = self.options.max_num_seqs - num_running - 1
+            fits_blocks = self._blocks_to_admit(following, following.num_tokens) + watermark <= \
+                free - self._blocks_on_admission(head, prompt)[0]
+            if seats_left > 0 and following.num_tokens <= budget_left - prompt and fits_blocks:
+                return None  # the step admits it too: `schedule` plans it
+            # Until the first finish the seats, the budget the decodes leave and the free
+            # blocks only shrink.
+            held_back = seats_left <= 0 or following.num_tokens > budget_left - 1 or not fits_blocks
+        stretch = Stretch(1, list(running), ids, firsts, context, to_finish, head, prompt, tail=prompt, admits=True)
+        # A finish in this step ends the run where a queue may take the seat it frees, or where
+        # the engine stops at finishes (follow-up turns).
+        past = not queue and self.run_past_finishes and self.can_run_past_finishes()
+        if head.num_target_outputs > head.num_outputs + 1 and (to_finish > 1 or past) and (held_back or not queue):
+            stretch.arrivals_wait = queue
+            stretch.plan_then = partial(self._decodes_after_prompt, pending=prompt, queue=queue)
         return stretch
 
     def _admits_next_beside(self, head: Request, watermark: int) -> bool:

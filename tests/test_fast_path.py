@@ -783,9 +783,35 @@ def test_mixed_steps_run_on_while_a_long_prompt_waits_for_budget(monkeypatch):
     assert {6, 7} <= {r.request_id for r in fast.finished}
 
 
+@pytest.mark.parametrize("limit,held_back", [("seats", True), ("tokens", True), ("blocks", True), ("none", False)])
+def test_mixed_steps_that_admit_the_head_alone(monkeypatch, limit, held_back):
+    """Mixed continuous batching admits request 2 whole beside the decodes of 0 and 1, not 3
+    behind it (no seat, too few tokens or blocks left): that step is a stretch of one step
+    whose prompt is admitted and completed in it. Where 3 stays out of the decode steps after
+    it to the first finish (no seat, a prompt longer than the budget the decodes leave, too few
+    blocks), those steps follow in the same run, arrivals waiting; where it could join the next
+    step (it fits the budget once 2's prompt is done), the run is that step alone. Tables equal
+    stepping's."""
+    applied = _spy_parts(monkeypatch)
+    options = {"seats": {"max_num_seqs": 3}, "tokens": {}, "blocks": {"admission": "watermark", "watermark": 0.1},
+               "none": {}}[limit]
+    following = {"tokens": 62, "none": 40}.get(limit, 40)
+    requests = [req(0, 0.0, 8, 30), req(1, 0.0, 8, 40), req(2, 0.05, 30, 20), req(3, 0.05, following, 20)]
+    _both_paths_equal(requests, "continuous", ConstantCostModel(step_s=0.01), block_size=4, mixed=True,
+                      num_blocks=24 if limit == "blocks" else 400, max_num_batched_tokens=64,
+                      **{"max_num_seqs": 16, **options})
+    admission = next(stretch for stretch, _ in applied if stretch.admits and stretch.prefill.request_id == 2)
+    assert admission.num_steps == 1 and admission.tail == 30 and len(admission.decoders) == 2
+    assert admission.may_go_on() == held_back == admission.arrivals_wait
+    if held_back:
+        assert any(stretch.arrivals_wait and stretch.decode_contexts is not None and steps > 1
+                   for stretch, steps in applied)
+
+
 @pytest.mark.parametrize("name,opts", [("chunked_prefill", {"chunk_size": 16, "max_num_batched_tokens": 16}),
                                        ("chunked_prefill", {"chunk_size": 16, "max_num_batched_tokens": 64}),
-                                       ("continuous", {"max_num_batched_tokens": 64})])
+                                       ("continuous", {"max_num_batched_tokens": 64}),
+                                       ("continuous", {"max_num_batched_tokens": 64, "mixed": True})])
 def test_runs_behind_a_queue_while_every_seat_is_taken(monkeypatch, name, opts):
     """With a queue and every seat taken, no waiting request can join a step before the first
     finish: under chunked prefill the prompt's stretch takes the step of its last chunk too
