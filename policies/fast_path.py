@@ -313,7 +313,7 @@ class StretchMixin:
         """The decode-only stretch that follows one whose last step completes its prompt (the
         tail, `pending` positions from now): that request now decodes beside the stretch's
         decoders that did not finish in it (where it runs past finishes). Planned from the state
-        the stretch leaves; with `queue`, behind a queue that waits for a seat (`_decodes_joined`)."""
+        the stretch leaves; with `queue`, behind a queue held back to the first finish (`_decodes_joined`)."""
         num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
         decoders, ids = stretch.decoders, stretch.decode_ids
@@ -336,8 +336,9 @@ class StretchMixin:
         """The decode-only stretch of `decoders` that follows a part which brought the last of
         them into the batch, planned from what that part leaves: their next new-block steps,
         steps to their last outputs and contexts, and the blocks free. With `queue`, requests
-        wait that none of its steps can admit, as every seat is taken (the caller's check): it
-        ends at the first finish, which frees one, and lets arrivals wait."""
+        wait that none of its steps can admit before the first finish (the caller's check: every
+        seat taken, or, mixed, a head that the budget or the blocks keep out): it ends there, and
+        lets arrivals wait."""
         to_finish = min(remaining)
         past = not queue and self.run_past_finishes and self.can_run_past_finishes()
         limit = max_steps_within(firsts, self.bm.block_size, num_free, max(remaining) if past else to_finish)

@@ -69,7 +69,7 @@ class Stretch:
     # stretch, when the engine's pricing first reaches it (see `next_part`). A run is often cut
     # by an arrival before, and planning it reads the whole batch. It lets arrivals wait as this
     # one does: where they wait, it is planned without the queue, which none of its steps can
-    # admit from (every seat stays taken to its end). (`plan_then` is given the stretch rather
+    # admit from before its first finish, where it ends. (`plan_then` is given the stretch rather
     # than holding it: a stretch that held itself would be a reference cycle, left to the
     # garbage collector when never reached.)
     then: Stretch | None = None

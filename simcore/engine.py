@@ -226,7 +226,7 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
 
         def pieces():  # noqa: ANN202
             for part in plan.parts():
-                if part.arrivals_wait is not arrivals_wait:
+                if part.arrivals_wait != arrivals_wait:
                     # The run's first part decided before pricing whether arrivals bound it.
                     raise AssertionError("the parts of a run disagree on whether arrivals wait")
                 parts.append(part)
