@@ -31,10 +31,10 @@ def total_context(requests: list[Request]) -> int:
     return sum([request.num_processed for request in requests])
 
 
-def steps_left(requests: list[Request]) -> list[int]:
+def steps_left(requests: list[Request], after: int = 0) -> list[int]:
     """Steps (one output each) until each of `requests` has all its outputs (`_num_target`:
-    num_target_outputs without the property call)."""
-    return [request._num_target - request.num_outputs for request in requests]
+    num_target_outputs without the property call), counted from `after` steps from now."""
+    return [request._num_target - request.num_outputs - after for request in requests]
 
 
 def steps_to_first_finish(requests: list[Request]) -> int:
@@ -319,7 +319,10 @@ class StretchMixin:
         decoders, ids = stretch.decoders, stretch.decode_ids
         # Blocks as if the decoders that finish kept theirs: fewer free than stepping would have.
         taken, firsts, prompt_first = self._blocks_after(stretch, pending)
-        remaining = [left - num_steps for left in stretch.remaining or steps_left(decoders)]
+        if stretch.remaining is not None:
+            remaining = [left - num_steps for left in stretch.remaining]
+        else:
+            remaining = steps_left(decoders, after=num_steps)
         contexts = [request.num_processed + num_steps for request in decoders]
         if stretch.steps_to_finish <= num_steps:  # some finished: the others go on
             stay = [index for index, left in enumerate(remaining) if left > 0]
@@ -432,16 +435,12 @@ class StretchMixin:
         first, last = times[0], times[-1]
         departures = stretch.has_departures(num_steps)
         if running:
-            lasts = [request.last_token_s for request in running]
-            num_alike = lasts.count(lasts[0])
-            if num_alike == len(lasts):  # each decoded in the same step (the usual case)
-                self.itl.add(first - lasts[0], num_alike)
-            elif num_alike == len(lasts) - 1 and lasts[-1] != lasts[0]:
-                # All but the newest, admitted by the step before (a run that follows an
-                # admission): add_gaps' entries, without its passes.
-                self.itl.add_two(first - lasts[0], num_alike, first - lasts[-1])
+            carry = self._carry
+            if carry is not None and carry.last_token_s is not None and self._carried(running) is carry:
+                # What the last run left, each with its output in that run's last step: one gap.
+                self.itl.add(first - carry.last_token_s, len(running))
             else:
-                self.itl.add_gaps([first - t for t in lasts])
+                self._add_first_gaps(running, first)
             gaps = list(map(sub, times[1:], times[:-1]))
             if departures:
                 counts = _decoders_per_gap(stretch, num_steps)
@@ -507,12 +506,29 @@ class StretchMixin:
         # A request that decodes from this run's end on without being among its decoders (a
         # newcomer whose whole prompt ran) is not in the carry: none then.
         if newcomer is not None and still_prefilling is not newcomer:
-            self._carry = None
+            carry = None
         elif done:
-            self._carry = self._survivors_after(stretch, num_steps, completes, len(done))
+            carry = self._survivors_after(stretch, num_steps, completes, len(done))
         else:
-            self._carry = self._decoders_after(stretch, num_steps, completes)
+            carry = self._decoders_after(stretch, num_steps, completes)
+        if carry is not None:  # its decoders decoded in the last step, and a completed prompt selected there
+            carry.last_token_s = last
+        self._carry = carry
         return self._retire(done, still_prefilling)
+
+    def _add_first_gaps(self, decoders: list[Request], first: float) -> None:
+        """The gaps before the outputs of a run's first step (ending at `first`), read from the
+        decoders' last output times."""
+        lasts = [request.last_token_s for request in decoders]
+        num_alike = lasts.count(lasts[0])
+        if num_alike == len(lasts):  # each decoded in the same step (the usual case)
+            self.itl.add(first - lasts[0], num_alike)
+        elif num_alike == len(lasts) - 1 and lasts[-1] != lasts[0]:
+            # All but the newest, admitted by the step before (a run that follows an
+            # admission): add_gaps' entries, without its passes.
+            self.itl.add_two(first - lasts[0], num_alike, first - lasts[-1])
+        else:
+            self.itl.add_gaps([first - t for t in lasts])
 
     def _resumed_in(self, stretch: Stretch, num_steps: int, step_ends: list[float]) -> None:
         """The prompt of a stretch that was preempted: once a step brings it back where it was,

@@ -263,6 +263,9 @@ class DecoderCarry:
     steps_to_finish: int
     remaining: list[int] | None = None
     steps_taken: int = 0
+    # When every one of them last output a token at the same time (the run's last step), that
+    # time: the next run's first gaps are then all one value (None: not known to be so).
+    last_token_s: float | None = None
 
     def steps_left(self) -> list[int] | None:
         if self.remaining is None:

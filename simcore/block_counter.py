@@ -94,8 +94,10 @@ class BlockCounter(BlockArithmetic):
 
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
-        bulk = self._bulk_steps
-        return [stored - bulk for stored in map(self._first_new.__getitem__, request_ids)]
+        bulk, first_new = self._bulk_steps, self._first_new
+        # A subscript in a comprehension, not map over __getitem__: Python 3.11 specializes it
+        # for dicts (about 20% faster on a batch of 24).
+        return [first_new[rid] - bulk for rid in request_ids]
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None,
                             others: Sequence[int] = ()) -> None:
