@@ -518,7 +518,8 @@ class StretchMixin:
 
     def _add_first_gaps(self, decoders: list[Request], first: float) -> None:
         """The gaps before the outputs of a run's first step (ending at `first`), read from the
-        decoders' last output times."""
+        decoders' last output times: add_gaps' entries, without its passes where all but the
+        newest are alike."""
         lasts = [request.last_token_s for request in decoders]
         num_alike = lasts.count(lasts[0])
         if num_alike == len(lasts):  # each decoded in the same step (the usual case)

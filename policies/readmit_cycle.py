@@ -44,6 +44,7 @@ class ReadmitCycleMixin:
     itl: Any
     _after_decode_steps: Any
     _decoders_after: Any
+    _add_first_gaps: Any
     _retire: Any
     _carry: Any
     _first_chunk_limit: Any
@@ -144,7 +145,7 @@ class ReadmitCycleMixin:
         times = [end + delivery for end in step_ends] if delivery else step_ends
         # The decoders' gaps, as stepping adds them: each one's first, then one a step for all.
         decoders = stretch.decoders
-        self.itl.add_gaps([times[0] - request.last_token_s for request in decoders])
+        self._add_first_gaps(decoders, times[0])
         if num_steps > 1:
             self.itl.add_run(list(map(sub, times[1:], times[:-1])), len(decoders))
         # The prompt's steps first: its blocks come and go, and the decodes' blocks, taken
