@@ -196,18 +196,22 @@ class RooflineCostModel:
         compute_rate, mem_rate = self._compute_rate, self._mem_rate
         fixed_by_shape = self._fixed_by_shape
         for num_steps, shape in pieces:
-            n, q, fresh = shape.num_decodes, shape.chunk, shape.new_chunk
+            # Unpacked at once: a piece's fields cost one instruction, not one lookup each.
+            n, decode_context, q, prefill_context, chunk_selects, fresh, new_selects = shape
             # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A
             # new prompt's chunk (one-step runs only) adds q^2 on no context.
-            if q or fresh or shape.chunk_selects or shape.new_selects:
-                attn_work = 2 * shape.decode_context + n + q * (2 * shape.prefill_context + q) + fresh * fresh
+            if q or fresh or chunk_selects or new_selects:
+                attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh * fresh
                 attn_step = 2 * n + 2 * q * q
-                kv_positions = shape.decode_context + shape.prefill_context + n + q + fresh
+                kv_positions = decode_context + prefill_context + n + q + fresh
                 kv_step = n + q
-                dense, comm, overhead = self._fixed_parts(n + q + fresh, shape.num_seqs, shape.num_selecting)
+                # RunShape's num_seqs and num_selecting, without their property calls.
+                key = (n + q + fresh, n + (1 if q else 0) + (1 if fresh else 0),
+                       n + (1 if chunk_selects else 0) + (1 if new_selects else 0))
+                dense, comm, overhead = fixed_by_shape.get(key) or self._fixed_parts(*key)
             else:  # decodes only (most pieces: a span between finishes), the same sums
-                attn_work, attn_step = 2 * shape.decode_context + n, 2 * n
-                kv_positions, kv_step = shape.decode_context + shape.prefill_context + n, n
+                attn_work, attn_step = 2 * decode_context + n, 2 * n
+                kv_positions, kv_step = decode_context + prefill_context + n, n
                 dense, comm, overhead = fixed_by_shape.get((n, n, n)) or self._fixed_parts(n, n, n)
             if num_steps >= _MIN_STEPS_BOUND:
                 # Where one of attention's two terms is the larger by a margin at the piece's

@@ -433,7 +433,8 @@ class StretchMixin:
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else step_ends
         first, last = times[0], times[-1]
-        departures = stretch.has_departures(num_steps)
+        # has_departures, reaches_tail and admits_newcomer inline here (every part comes here).
+        departures = stretch.remaining is not None and num_steps > stretch.steps_to_finish
         if running:
             carry = self._carry
             if carry is not None and carry.last_token_s is not None and self._carried(running) is carry:
@@ -479,7 +480,7 @@ class StretchMixin:
             done = [request for request in running if request.num_outputs >= request._num_target]
         completes = False
         if prefill is not None:
-            completes = stretch.reaches_tail(num_steps)
+            completes = stretch.tail > 0 and num_steps == stretch.num_steps
             processed = stretch.prompt_positions(num_steps)
             self.bm.append(prefill.request_id, processed)
             prefill.num_processed += processed
@@ -495,7 +496,7 @@ class StretchMixin:
                     done.append(prefill)
         # Every running request is in the stretch, and all but its prompts decoded before it.
         still_prefilling = prefill if prefill is not None and not completes else None
-        newcomer = stretch.newcomer if stretch.admits_newcomer(num_steps) else None
+        newcomer = stretch.newcomer if num_steps == stretch.num_steps else None
         if newcomer is not None:
             if num_steps > 1:  # admitted by the last step, after the others (not by begin_stretch)
                 self._admit(newcomer, step_ends[-2], self._admission_reserve(newcomer))
