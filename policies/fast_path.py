@@ -407,7 +407,7 @@ class StretchMixin:
         from (decoders, running requests, blocks in use, resident tokens), read before
         `apply_stretch`; the engine adds the state after the last step."""
         departures = []
-        if stretch.has_departures(num_steps):
+        if stretch.remaining is not None and num_steps > stretch.steps_to_finish:  # has_departures
             # Some decoders finish before the last step and release everything they hold.
             held, ids = self.bm.num_table_blocks, stretch.decode_ids
             for finish_step, index, context in stretch.departures():
@@ -415,11 +415,12 @@ class StretchMixin:
                     break  # in finish order: the rest stay to the last step
                 departures.append((finish_step, index, context, held[ids[index]]))
         prompt = stretch.prefill
-        newcomer = stretch.admits_newcomer(num_steps)
+        last = num_steps == stretch.num_steps  # the part's last step: its tail's and its newcomer's
+        newcomer = last and stretch.newcomer is not None
         return RunCounts(num_steps, self.bm.block_size, len(self.running), self.bm.num_used_blocks,
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
                          self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
-                         prompt is not None, stretch.reaches_tail(num_steps), newcomer,
+                         prompt is not None, last and stretch.tail > 0, newcomer,
                          newcomer and stretch.newcomer_selects, stretch.chunk_cap)
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:

@@ -191,17 +191,17 @@ class Stretch:
         n = len(self.decoders)
         if self.remaining is None or limit <= self.steps_to_finish:
             if body:
-                yield body, self.run_shape()
+                yield body, _shape((n, self.decode_context, self.chunk, self.prefill_context, False, 0, False))
             decode_context = self.decode_context + body * n
             prefill_context = self.prefill_context + body * self.chunk
         else:
-            done, prefill_context = 0, self.prefill_context
+            done, prefill_context, chunk_cap = 0, self.prefill_context, self.chunk_cap
             for steps, n, context in self.decode_spans(limit):
                 if completes and done + steps == limit:  # the last span: its last step is the tail's
                     steps -= 1
                     decode_context = context + steps * n
                 if steps:
-                    q = self.chunk_beside(n)
+                    q = self.chunk_beside(n) if chunk_cap else self.chunk
                     yield steps, _shape((n, context, q, prefill_context, False, 0, False))
                     prefill_context += steps * q
                 done += steps
