@@ -332,19 +332,14 @@ class ChunkedPrefillPolicy(BasePolicy):
         free, bs = self.bm.num_free_blocks, self.bm.block_size
         if limit < 1:
             return limit
-
-        def prompt_blocks(num_positions: int) -> int:
-            if admits:
-                return self._blocks_on_admission(prefill, num_positions)[0]
-            return self.bm.num_new_blocks_needed(prefill.request_id, num_positions)
-
         # Even if every decoder took its most blocks, and the prompt all it has left (plenty
-        # free: the usual case).
-        if len(firsts) * (limit // bs + 1) + prompt_blocks(pending) <= free:
+        # free: the usual case; no closure is made before it is ruled out).
+        if len(firsts) * (limit // bs + 1) + self._prompt_blocks(prefill, pending, admits) <= free:
             return limit
 
         def fits(num_steps: int) -> bool:
-            return decode_blocks_fit(firsts, num_steps, bs, free - prompt_blocks(min(positions(num_steps), pending)))
+            prompt_blocks = self._prompt_blocks(prefill, min(positions(num_steps), pending), admits)
+            return decode_blocks_fit(firsts, num_steps, bs, free - prompt_blocks)
 
         if fits(limit):
             return limit
@@ -356,6 +351,13 @@ class ChunkedPrefillPolicy(BasePolicy):
             else:
                 high = mid
         return low
+
+    def _prompt_blocks(self, prefill: Request, num_positions: int, admits: bool) -> int:
+        """New blocks `prefill` takes for its next `num_positions` positions (from its admission,
+        with the blocks admission gives it, where `admits`)."""
+        if admits:
+            return self._blocks_on_admission(prefill, num_positions)[0]
+        return self.bm.num_new_blocks_needed(prefill.request_id, num_positions)
 
     def _after_decode_steps(self) -> None:
         self._last_was_prefill = False

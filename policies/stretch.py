@@ -122,7 +122,9 @@ class Stretch:
         """Positions of the prompt that the first `num_steps` steps process."""
         if self.chunk_cap and self.has_departures(num_steps):
             return sum(self.step_chunks(num_steps))  # the chunk grows at finishes
-        return (num_steps - 1) * self.chunk + self.tail if self.reaches_tail(num_steps) else num_steps * self.chunk
+        if self.tail and num_steps == self.num_steps:  # reaches_tail, inline (planning asks often)
+            return (num_steps - 1) * self.chunk + self.tail
+        return num_steps * self.chunk
 
     def step_chunks(self, num_steps: int) -> list[int]:
         """The prompt positions each of the first `num_steps` steps processes, in a run with
