@@ -852,3 +852,32 @@ def test_reserve_admission_on_a_prompts_stretch(monkeypatch):
     assert any(stretch.admits and steps > 1 for stretch, steps in applied)
     assert any(stretch.newcomer is not None and stretch.prefill is not None and steps == stretch.num_steps
                for stretch, steps in applied)
+
+
+def test_run_pieces_are_whole_run_shapes() -> None:
+    """Stretch.runs builds its shapes from every field in order, past the named tuple's own
+    constructor: each must be the RunShape the constructor would make (a field added to
+    RunShape, or two swapped, shows here)."""
+    from policies.stretch import Stretch
+    from simcore.plan import RunShape
+
+    decoders = [req(i, 0.0, prompt_len=5, output_len=9) for i in range(3)]
+    newcomer = req(9, 0.0, prompt_len=3, output_len=2)
+    prompt = req(8, 0.0, prompt_len=20, output_len=4)
+    stretches = [
+        Stretch(4, decoders, [0, 1, 2], [2, 3, 4], 15, 6),  # decodes only
+        Stretch(3, decoders, [0, 1, 2], [2, 3, 4], 15, 1, remaining=[1, 2, 5]),  # past finishes
+        Stretch(3, decoders, [0, 1, 2], [2, 3, 4], 15, 6, prompt, 8, 0, tail=4, newcomer=newcomer,
+                newcomer_chunk=3),  # chunks, the tail and a newcomer with its whole prompt
+        Stretch(1, [], [], [], 0, 1, newcomer=newcomer, newcomer_chunk=2),  # a step that admits alone
+        Stretch(5, decoders, [0, 1, 2], [2, 3, 4], 15, 6, prompt, 4, readmits=(2, 1)),
+    ]
+    seen = []
+    for stretch in stretches:
+        for _, shape in stretch.runs():
+            assert type(shape) is RunShape and len(shape) == len(RunShape._fields)
+            assert shape == RunShape(**shape._asdict())
+            seen.append(shape)
+    tail = [shape for shape in seen if shape.chunk_selects]
+    assert tail == [RunShape(3, 21, 4, 16, True, 3, True)]
+    assert RunShape(0, 0, 0, 0, False, 2, False) in seen
