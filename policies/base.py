@@ -32,6 +32,11 @@ from simcore.plan import NO_BLOCK_ID, DecodeGroup, ScheduledSeq, StepPlan, StepS
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
 
+# Members read once here: reading one from its class costs about 0.15 us on Python 3.11 (a
+# module global, 0.01 us), and every request is added, admitted and finished (and each step
+# planned one at a time tests every decoder's).
+_WAITING, _RUNNING, _FINISHED = Status.WAITING, Status.RUNNING, Status.FINISHED
+
 Admission = Literal["optimistic", "reserve", "watermark"]
 Preemption = Literal["recompute", "swap"]
 
@@ -119,7 +124,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             request.finish_s = now
             self.rejected.append(request)
             return
-        request.status = Status.WAITING
+        request.status = _WAITING
         self.by_id[request.request_id] = request
         self.waiting.append(request)
 
@@ -343,7 +348,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             return
         for request in decoders:
             # Status, not `in self.running`: a scan per request made memory-tight steps quadratic.
-            if request.status is Status.RUNNING and not budget.is_spent:
+            if request.status is _RUNNING and not budget.is_spent:
                 if self._schedule_running(request, 1):
                     budget.take(1)
 
@@ -448,7 +453,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             request.num_cached_prefix = num_hit
         request.num_processed = num_hit
         self.num_resident_tokens += num_hit
-        request.status = Status.RUNNING
+        request.status = _RUNNING
         self.running.append(request)
 
     # ---- preemption and swaps -------------------------------------------------------------
@@ -598,7 +603,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self._prefix.pop(request.request_id, None)
         self._preempted_at.pop(request.request_id, None)
         del self.by_id[request.request_id]
-        request.status = Status.FINISHED
+        request.status = _FINISHED
         request.finish_s = at
         self.finished.append(request)
 

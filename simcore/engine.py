@@ -157,6 +157,9 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
             return follow_ups[0][0], True
         return upcoming, False
 
+    # Read once: an Enum member read from its class costs about 0.15 us on Python 3.11.
+    rejected_status = Status.REJECTED
+
     def take_arrivals(now: float, joined: list[float] | None = None) -> None:
         """Hand the policy every request that has arrived by `now`, in arrival order; the arrival
         times of those that joined its queue (not rejected) go to `joined`, when given."""
@@ -178,7 +181,7 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
                 request = timed[index].copy()
             policy.add(request, request.arrival_s)
             state["events"] += 1
-            if request.status is Status.REJECTED:
+            if request.status is rejected_status:
                 release_children(request, request.arrival_s)
             elif joined is not None:
                 joined.append(request.arrival_s)
