@@ -205,9 +205,8 @@ class RooflineCostModel:
                 attn_step = 2 * n + 2 * q * q
                 kv_positions = decode_context + prefill_context + n + q + fresh
                 kv_step = n + q
-                # RunShape's num_seqs and num_selecting, without their property calls.
-                key = (n + q + fresh, n + (1 if q else 0) + (1 if fresh else 0),
-                       n + (1 if chunk_selects else 0) + (1 if new_selects else 0))
+                # The fixed terms from the cache, as for decodes, without the call that fills it.
+                key = (n + q + fresh, shape.num_seqs, shape.num_selecting)
                 dense, comm, overhead = fixed_by_shape.get(key) or self._fixed_parts(*key)
             else:  # decodes only (most pieces: a span between finishes), the same sums
                 attn_work, attn_step = 2 * decode_context + n, 2 * n

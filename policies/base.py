@@ -228,18 +228,17 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
 
     def rejection_reason(self, request: Request) -> str | None:
         """Why a request can never run under this configuration, or None."""
-        # Every arrival comes here: num_target_outputs and num_final_positions without their
-        # property calls, and the prompt's blocks only where a watermark is kept.
-        total = request.prompt_len + request._num_target
+        total = request.prompt_len + request.num_target_outputs
         if self.options.max_model_len is not None and total > self.options.max_model_len:
             return f"prompt + output = {total} tokens exceeds max_model_len {self.options.max_model_len}"
-        need = self.bm.blocks_for(total - 1)
+        need = self.bm.blocks_for(request.num_final_positions)
         if need > self.bm.num_blocks:
             return (
-                f"needs {need} KV blocks for {total - 1} positions; "
+                f"needs {need} KV blocks for {request.num_final_positions} positions; "
                 f"the whole cache has {self.bm.num_blocks}"
             )
         reserve = self.num_watermark_blocks()
+        # The prompt's blocks matter only where a watermark is kept (every arrival comes here).
         if reserve and (prompt_blocks := self.bm.blocks_for(request.prompt_len)) > self.bm.num_blocks - reserve:
             # Admission keeps the watermark free, so this prompt could never be admitted (vLLM
             # rejects it the same way).

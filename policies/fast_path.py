@@ -407,7 +407,7 @@ class StretchMixin:
         from (decoders, running requests, blocks in use, resident tokens), read before
         `apply_stretch`; the engine adds the state after the last step."""
         departures = []
-        if stretch.remaining is not None and num_steps > stretch.steps_to_finish:  # has_departures
+        if stretch.has_departures(num_steps):
             # Some decoders finish before the last step and release everything they hold.
             held, ids = self.bm.num_table_blocks, stretch.decode_ids
             for finish_step, index, context in stretch.departures():
@@ -415,12 +415,11 @@ class StretchMixin:
                     break  # in finish order: the rest stay to the last step
                 departures.append((finish_step, index, context, held[ids[index]]))
         prompt = stretch.prefill
-        last = num_steps == stretch.num_steps  # the part's last step: its tail's and its newcomer's
-        newcomer = last and stretch.newcomer is not None
+        newcomer = stretch.admits_newcomer(num_steps)
         return RunCounts(num_steps, self.bm.block_size, len(self.running), self.bm.num_used_blocks,
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
                          self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
-                         prompt is not None, last and stretch.tail > 0, newcomer,
+                         prompt is not None, stretch.reaches_tail(num_steps), newcomer,
                          newcomer and stretch.newcomer_selects, stretch.chunk_cap)
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
@@ -434,8 +433,7 @@ class StretchMixin:
         delivery = self.options.delivery_s
         times = [end + delivery for end in step_ends] if delivery else step_ends
         first, last = times[0], times[-1]
-        # has_departures, reaches_tail and admits_newcomer inline here (every part comes here).
-        departures = stretch.remaining is not None and num_steps > stretch.steps_to_finish
+        departures = stretch.has_departures(num_steps)
         if running:
             carry = self._carry
             if carry is not None and carry.last_token_s is not None and self._carried(running) is carry:
@@ -481,7 +479,7 @@ class StretchMixin:
             done = [request for request in running if request.num_outputs >= request._num_target]
         completes = False
         if prefill is not None:
-            completes = stretch.tail > 0 and num_steps == stretch.num_steps
+            completes = stretch.reaches_tail(num_steps)
             processed = stretch.prompt_positions(num_steps)
             self.bm.append(prefill.request_id, processed)
             prefill.num_processed += processed
@@ -497,7 +495,7 @@ class StretchMixin:
                     done.append(prefill)
         # Every running request is in the stretch, and all but its prompts decoded before it.
         still_prefilling = prefill if prefill is not None and not completes else None
-        newcomer = stretch.newcomer if num_steps == stretch.num_steps else None
+        newcomer = stretch.newcomer if stretch.admits_newcomer(num_steps) else None
         if newcomer is not None:
             if num_steps > 1:  # admitted by the last step, after the others (not by begin_stretch)
                 self._admit(newcomer, step_ends[-2], self._admission_reserve(newcomer))

@@ -122,9 +122,7 @@ class Stretch:
         """Positions of the prompt that the first `num_steps` steps process."""
         if self.chunk_cap and self.has_departures(num_steps):
             return sum(self.step_chunks(num_steps))  # the chunk grows at finishes
-        if self.tail and num_steps == self.num_steps:  # reaches_tail, inline (planning asks often)
-            return (num_steps - 1) * self.chunk + self.tail
-        return num_steps * self.chunk
+        return (num_steps - 1) * self.chunk + self.tail if self.reaches_tail(num_steps) else num_steps * self.chunk
 
     def step_chunks(self, num_steps: int) -> list[int]:
         """The prompt positions each of the first `num_steps` steps processes, in a run with
@@ -187,23 +185,22 @@ class Stretch:
             yield 1, _shape((len(self.decoders), self.decode_context, self.chunk, self.prefill_context, False,
                              self.newcomer_chunk, self.newcomer_selects))
             return
-        # reaches_tail and has_departures, inline: every part is priced through here.
-        completes = self.tail > 0 and limit == self.num_steps
+        completes = self.reaches_tail(limit)
         body = limit - 1 if completes else limit  # steps of a whole chunk (or of decodes alone)
         n = len(self.decoders)
-        if self.remaining is None or limit <= self.steps_to_finish:
+        if not self.has_departures(limit):
             if body:
-                yield body, _shape((n, self.decode_context, self.chunk, self.prefill_context, False, 0, False))
+                yield body, self.run_shape()
             decode_context = self.decode_context + body * n
             prefill_context = self.prefill_context + body * self.chunk
         else:
-            done, prefill_context, chunk_cap = 0, self.prefill_context, self.chunk_cap
+            done, prefill_context = 0, self.prefill_context
             for steps, n, context in self.decode_spans(limit):
                 if completes and done + steps == limit:  # the last span: its last step is the tail's
                     steps -= 1
                     decode_context = context + steps * n
                 if steps:
-                    q = self.chunk_beside(n) if chunk_cap else self.chunk
+                    q = self.chunk_beside(n)
                     yield steps, _shape((n, context, q, prefill_context, False, 0, False))
                     prefill_context += steps * q
                 done += steps
