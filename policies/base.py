@@ -26,6 +26,7 @@ from policies.host_prefix import HostPrefixCache
 from policies.prefix_reuse import NO_HIT, PrefixReuseMixin
 from policies.readmit_cycle import ReadmitCycleMixin
 from policies.stretch import DecoderCarry
+from policies.tally import Tally
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
 from simcore.plan import NO_BLOCK_ID, DecodeGroup, ScheduledSeq, StepPlan, StepSeqs
@@ -39,6 +40,14 @@ _WAITING, _RUNNING, _FINISHED = Status.WAITING, Status.RUNNING, Status.FINISHED
 
 Admission = Literal["optimistic", "reserve", "watermark"]
 Preemption = Literal["recompute", "swap"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanExtras:
+    """What a policy's step plans carry beyond the schedule, for the cost model."""
+
+    block_tables: bool = False  # each sequence's block table (a real engine reads them)
+    block_bytes: int = 0  # the bytes a KV block holds (a swap's link time)
 
 
 @dataclass
@@ -74,14 +83,15 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         emit_block_tables: bool = False,
         block_bytes: int = 0,
     ) -> None:
+        # A policy keeps at most 29 attributes, these and the engine's (a few more, and every
+        # read of them is slower: tests/test_policy_attributes.py).
         self.options = options
         self.bm = block_manager
         self.hasher = hasher
         self.host = host
-        self.emit_block_tables = emit_block_tables
+        self.plan_extras = PlanExtras(emit_block_tables, block_bytes)
         # Plan a step's decodes as one DecodeGroup (set by the engine's fast path).
         self.group_decodes = False
-        self.block_bytes = block_bytes
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
@@ -91,23 +101,21 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self.num_steps = 0
         self.itl = ItlLog()
         self.num_resident_tokens = 0
-        self.num_preemptions = {"recompute": 0, "swap": 0}
-        self.num_blocks_swapped_out = 0
-        self.num_blocks_swapped_in = 0
+        self.tally = Tally()
         self._prefix: dict[int, tuple[list[int], list[tuple]]] = {}
         self._preempted_at: dict[int, tuple[float, int, str]] = {}
         # How many running requests, from the oldest, are known to be decoding (`_all_decoding`
         # holds for them) without a pass over the batch: set where a step or a run ends, from
         # what it did; 0 (unknown) while a step is planned.
         self._num_known_decoding = 0
-        self._num_decoding_before_step = 0
-        self._all_decoding_before_step = False
+        # As the step now planned began: how many of the running requests, from the oldest,
+        # were known to decode, and whether that was all of them.
+        self._decoding_before_step: tuple[int, bool] = (0, False)
         # What the last run of steps left of its decoders for the next plan (fast path only).
         self._carry: DecoderCarry | None = None
         self._now = 0.0
         self._plan: _PlanBuilder | None = None
         self.host_prefix: HostPrefixCache | None = None
-        self.num_host_prefix_hit_blocks = 0
         # Admissions count the positions they query the prefix cache for (vLLM's convention):
         # where it is on, or where it is asked for but could never hit (see the runner).
         self.counts_prefix_queries = block_manager.enable_prefix_caching
@@ -132,9 +140,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
         self._carry = None  # the step may change any running request
-        # How many running requests, from the oldest, decode as the step is planned.
-        self._num_decoding_before_step = self._num_known_decoding
-        self._all_decoding_before_step = self._num_known_decoding == len(self.running)
+        self._decoding_before_step = (self._num_known_decoding, self._num_known_decoding == len(self.running))
         self._num_known_decoding = 0
         self._plan = _PlanBuilder()
         self._fill(now)
@@ -178,7 +184,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         for request in done:
             self._finish(request, now + self.options.delivery_s)
         # Requests outside the plan are as they were; those in it decode now if each selected.
-        if self._all_decoding_before_step and plan.num_selecting == len(plan.seqs):
+        if self._decoding_before_step[1] and plan.num_selecting == len(plan.seqs):
             self._num_known_decoding = len(self.running)
         return done
 
@@ -283,7 +289,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             blocks_to_copy=tuple(builder.copies),
             blocks_to_swap_out=tuple(builder.swap_out),
             blocks_to_swap_in=tuple(builder.swap_in),
-            block_bytes=self.block_bytes,
+            block_bytes=self.plan_extras.block_bytes,
             preempted_ids=tuple(builder.preempted),
         )
 
@@ -295,7 +301,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         prompt_len = request.prompt_len
         builder.seqs.append(ScheduledSeq(  # positional: the fields in order (cheaper than keywords)
             request.request_id, num_new, context, context + num_new == prompt_len + request.num_outputs, prompt_len,
-            self.bm.table(request.request_id) if self.emit_block_tables else (), request.prompt_token_ids,
+            self.bm.table(request.request_id) if self.plan_extras.block_tables else (), request.prompt_token_ids,
             request.segments,
         ))
         builder.scheduled.add(request.request_id)
@@ -334,7 +340,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             room = bool(decoders) and self.bm.max_decode_steps(ids, 1, firsts) == 1
         if room:
             self.bm.append_decode_steps(ids, 1, firsts)
-            if self.group_decodes and not self.emit_block_tables and not builder.num_seqs \
+            if self.group_decodes and not self.plan_extras.block_tables and not builder.num_seqs \
                     and (all_decoding or self._all_decoding(decoders)):
                 contexts = tuple([request.num_processed for request in decoders])
                 builder.decodes = DecodeGroup(tuple(ids), contexts, tuple([request.prompt_len for request in decoders]),
@@ -394,7 +400,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
     def _add_decode_seqs(self, decoders: list[Request]) -> None:
         builder = self._plan
         assert builder is not None
-        tables = self.emit_block_tables
+        tables = self.plan_extras.block_tables
         for request in decoders:
             builder.seqs.append(ScheduledSeq(
                 request.request_id, 1, request.num_processed, True, request.prompt_len,
@@ -498,12 +504,12 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         victim.num_processed = 0
         victim.status = Status.WAITING
         self.waiting.appendleft(victim)
-        self.num_preemptions["recompute"] += 1
+        self.tally.preemptions["recompute"] += 1
 
     def _reject_preempted(self, victim: Request, kind: str, reason: str) -> None:
         """A victim (off the batch, its blocks freed) that could never come back is rejected
         with the outputs it has, at the preemption (`readmission_reason`)."""
-        self.num_preemptions[kind] += 1
+        self.tally.preemptions[kind] += 1
         self._prefix.pop(victim.request_id, None)
         self._preempted_at.pop(victim.request_id, None)
         del self.by_id[victim.request_id]
@@ -519,12 +525,12 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         positions = self.bm.stored_positions(victim.request_id)
         host_blocks = self.host.store(victim.request_id, len(table), min(positions, victim.num_processed))
         self._plan.swap_out.extend(zip(table, host_blocks))
-        self.num_blocks_swapped_out += len(table)
+        self.tally.blocks_swapped_out += len(table)
         self.bm.free(victim.request_id)
         victim.status = Status.SWAPPED
         victim.num_swaps += 1
         self.swapped.append(victim)
-        self.num_preemptions["swap"] += 1
+        self.tally.preemptions["swap"] += 1
         self._mark_preempted(victim, "swap")
 
     def _device_blocks(self, request_id: int) -> tuple[int, ...]:
@@ -557,7 +563,7 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self.bm.append(request.request_id, positions)
         device_blocks = self._device_blocks(request.request_id)
         self._plan.swap_in.extend(zip(blocks, device_blocks))
-        self.num_blocks_swapped_in += len(blocks)
+        self.tally.blocks_swapped_in += len(blocks)
         self.swapped.remove(request)
         request.status = Status.RUNNING
         self.running.append(request)

@@ -41,7 +41,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         # Those known to decode need no test (under memory pressure a schedule()d step has a
         # batch of ~80, and the test is a property call each).
         running = self.running
-        known = self._num_decoding_before_step
+        known = self._decoding_before_step[0]
         decoding, prefilling = running[:known], []
         for request in running[known:] if known else running:
             (prefilling if request.is_prefilling else decoding).append(request)

@@ -12,8 +12,21 @@ from __future__ import annotations
 from typing import Literal
 
 from policies.base import BasePolicy
+from policies.chunked_prefill import ChunkedPrefillPolicy
+from policies.continuous import ContinuousPolicy
 
-BASE_OPTIONS = {"continuous": ("mixed",), "chunked_prefill": ("chunk_size", "order")}
+
+# The base policies under this one's name: a class each, not a name set on the instance (a
+# policy's attributes are kept few: see tests/test_policy_attributes.py).
+class OffloadContinuous(ContinuousPolicy):
+    name = "offload"
+
+
+class OffloadChunkedPrefill(ChunkedPrefillPolicy):
+    name = "offload"
+
+
+BASES = {"continuous": (OffloadContinuous, ("mixed",)), "chunked_prefill": (OffloadChunkedPrefill, ("chunk_size", "order"))}
 
 
 def make_offload(
@@ -25,16 +38,13 @@ def make_offload(
     mixed: bool = False,
     **kwargs,  # noqa: ANN003
 ) -> BasePolicy:
-    from policies.registry import policy_class
-
-    if base not in BASE_OPTIONS:
-        raise ValueError(f"offload base must be one of {sorted(BASE_OPTIONS)}, got {base!r}")
+    if base not in BASES:
+        raise ValueError(f"offload base must be one of {sorted(BASES)}, got {base!r}")
     given = {"chunk_size": chunk_size, "order": order, "mixed": mixed}
-    own = {name: given[name] for name in BASE_OPTIONS[base]}
-    policy: BasePolicy = policy_class(base)(*args, **kwargs, **own)
+    policy_class, own_options = BASES[base]
+    policy: BasePolicy = policy_class(*args, **kwargs, **{name: given[name] for name in own_options})
     if policy.host is None:
         raise ValueError("the offload policy needs a host tier: set kv_cache.host_memory_gib > 0")
-    policy.name = "offload"
     policy.options.preemption = "swap"
     if spill_prefix and policy.bm.enable_prefix_caching:
         policy.enable_prefix_spill()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from policies.host_prefix import HostPrefixCache
+from policies.tally import Tally
 from simcore.block_manager import PrefixHit
 from simcore.request import Request
 
@@ -21,9 +22,7 @@ class PrefixReuseMixin:
     hasher: Any
     host: Any
     host_prefix: HostPrefixCache | None
-    num_blocks_swapped_in: int
-    num_blocks_swapped_out: int
-    num_host_prefix_hit_blocks: int
+    tally: Tally
     _plan: Any
     _prefix: dict[int, tuple[list[int], list[tuple]]]
 
@@ -58,8 +57,8 @@ class PrefixReuseMixin:
             device_block = table[first_logical + offset]
             self._plan.swap_in.append((hit.host_block, device_block))
             self.bm.cache_block(device_block, hit.block_hash, hit.content, hit.parent, entry=hit.entry)
-        self.num_blocks_swapped_in += len(host_hits)
-        self.num_host_prefix_hit_blocks += len(host_hits)
+        self.tally.blocks_swapped_in += len(host_hits)
+        self.tally.host_prefix_hit_blocks += len(host_hits)
         self.host_prefix.num_reloaded += len(host_hits)  # type: ignore[union-attr]
 
     def enable_prefix_spill(self) -> None:
@@ -74,7 +73,7 @@ class PrefixReuseMixin:
         host_block = self.host_prefix.spill(block_hash, entry, ident, pinned=self._plan.pinned_host)  # type: ignore[union-attr]
         if host_block is not None:
             self._plan.swap_out.append((block, host_block))
-            self.num_blocks_swapped_out += 1
+            self.tally.blocks_swapped_out += 1
 
     def _prefix_chain(self, request: Request) -> tuple[list[int], list[tuple]]:
         found = self._prefix.get(request.request_id)

@@ -106,7 +106,7 @@ def test_counting_blocks_matches_tracking_block_ids(name, opts, seed):
         result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast, check_invariants=True))
         frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), result.itl))
         if swaps:
-            assert policy.num_preemptions["swap"] > 0 and policy.num_blocks_swapped_in > 0
+            assert policy.tally.preemptions["swap"] > 0 and policy.tally.blocks_swapped_in > 0
     for other in frames[1:]:
         pd.testing.assert_frame_equal(frames[0][0], other[0], check_exact=True)
         pd.testing.assert_frame_equal(frames[0][1], other[1], check_exact=True)

@@ -50,7 +50,7 @@ def test_offload_policy_finishes_everything_and_matches_recompute_outputs():
         outputs[(name, tuple(opts.items()))] = {r.request_id: r.num_outputs for r in result.finished}
         assert len(result.finished) == len(workload)
         if name == "offload":
-            assert policy.num_preemptions["swap"] > 0 and policy.num_preemptions["recompute"] == 0
+            assert policy.tally.preemptions["swap"] > 0 and policy.tally.preemptions["recompute"] == 0
             assert policy.host.num_free_blocks == 200
             swapped = [r for r in result.finished if r.num_swaps]
             assert swapped and all(r.swap_delay_s > 0 for r in swapped)

@@ -49,7 +49,7 @@ def test_recompute_and_swap_give_the_same_output_lengths(name, opts):
                              num_host_blocks=200, preemption=mode, max_num_seqs=8,
                              max_num_batched_tokens=48, **opts)
         outputs[mode] = {r.request_id: r.num_outputs for r in result.finished}
-        assert policy.num_preemptions[mode] > 0, "the workload should force preemption"
+        assert policy.tally.preemptions[mode] > 0, "the workload should force preemption"
         assert policy.host.num_free_blocks == 200  # nothing left on the host tier
     assert outputs["recompute"] == outputs["swap"]
 
@@ -97,7 +97,7 @@ def test_reserve_admission_never_preempts():
     workload = pressured_workload(seed=5)
     policy, result = run(workload, "continuous", num_blocks=30, block_size=4,
                          admission="reserve", max_num_batched_tokens=48)
-    assert sum(policy.num_preemptions.values()) == 0
+    assert sum(policy.tally.preemptions.values()) == 0
     assert len(result.finished) == len(workload)
 
 
@@ -198,7 +198,7 @@ def test_a_victim_that_could_never_come_back_is_rejected(fast, mode):
     assert sorted(r.request_id for r in result.finished) == [0, 2]
     follow_up = next(r for r in result.finished if r.request_id == 2)
     assert follow_up.arrival_s == victim.finish_s + 0.5
-    assert policy.num_preemptions == {"recompute": 0, "swap": 0, mode: 1}
+    assert policy.tally.preemptions == {"recompute": 0, "swap": 0, mode: 1}
     assert policy.bm.num_free_blocks == policy.bm.num_blocks
     assert policy.host is None or policy.host.num_free_blocks == 100  # nothing went to the host
 
