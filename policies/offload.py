@@ -26,7 +26,11 @@ class OffloadChunkedPrefill(ChunkedPrefillPolicy):
     name = "offload"
 
 
-BASES = {"continuous": (OffloadContinuous, ("mixed",)), "chunked_prefill": (OffloadChunkedPrefill, ("chunk_size", "order"))}
+# Each base: its class here, and the options of its own that offload passes on.
+BASES = {
+    "continuous": (OffloadContinuous, ("mixed",)),
+    "chunked_prefill": (OffloadChunkedPrefill, ("chunk_size", "order")),
+}
 
 
 def make_offload(
@@ -41,8 +45,8 @@ def make_offload(
     if base not in BASES:
         raise ValueError(f"offload base must be one of {sorted(BASES)}, got {base!r}")
     given = {"chunk_size": chunk_size, "order": order, "mixed": mixed}
-    policy_class, own_options = BASES[base]
-    policy: BasePolicy = policy_class(*args, **kwargs, **{name: given[name] for name in own_options})
+    base_class, own_options = BASES[base]
+    policy: BasePolicy = base_class(*args, **kwargs, **{name: given[name] for name in own_options})
     if policy.host is None:
         raise ValueError("the offload policy needs a host tier: set kv_cache.host_memory_gib > 0")
     policy.options.preemption = "swap"
