@@ -13,7 +13,7 @@ from backends.roofline import make_roofline
 from policies.registry import make_policy
 from simcore.engine import GC_YOUNG_THRESHOLD, RunLimits, simulate
 from simcore.presets import get_model
-from tests.test_fast_path import POLICIES, workload
+from tests.test_fast_path import POLICIES, small_policy, workload
 
 # The run's own ends make one cycle when it returns (the SimPy environment and its process):
 # a dozen objects, whatever the run's length. A cycle made per step or per run is hundreds.
@@ -24,13 +24,10 @@ MOST_UNREACHABLE = 30
 @pytest.mark.parametrize("fast", [False, True])
 def test_a_run_leaves_no_cyclic_garbage(name, opts, fast):
     cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
-    needs_host = name == "offload" or opts.get("preemption") == "swap"
     found = []
     for caching, sessions in ((False, False), (False, True), (True, True)):
         requests = workload(11, content=caching, sessions=sessions)
-        policy = make_policy(name, num_blocks=64, block_size=4, prefix_caching=caching,
-                             num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96,
-                             **opts)
+        policy = small_policy(name, opts, caching=caching)
         gc.collect()
         gc.disable()
         try:

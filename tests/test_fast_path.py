@@ -32,6 +32,13 @@ POLICIES = (
 )
 
 
+
+def small_policy(name: str, opts: dict, *, caching: bool, num_blocks: int = 64):
+    """One of POLICIES on a small device (a host tier where it swaps), 12 seats, 96 tokens a step."""
+    needs_host = name == "offload" or opts.get("preemption") == "swap"
+    return make_policy(name, num_blocks=num_blocks, block_size=4, prefix_caching=caching,
+                       num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96, **opts)
+
 def workload(seed: int, *, content: bool, sessions: bool = False):
     rng = random.Random(seed)
     prefixes = [tuple(rng.randrange(100) for _ in range(rng.randint(8, 40))) for _ in range(3)]
@@ -50,10 +57,7 @@ def workload(seed: int, *, content: bool, sessions: bool = False):
 def run_both(requests, name, opts, *, cost, caching: bool, horizon=None):
     frames = []
     for fast in (False, True):
-        needs_host = name == "offload" or opts.get("preemption") == "swap"
-        policy = make_policy(name, num_blocks=64, block_size=4, prefix_caching=caching,
-                             num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96,
-                             **opts)
+        policy = small_policy(name, opts, caching=caching)
         result = simulate(requests, policy, cost,
                           limits=RunLimits(fast_forward=fast, max_sim_time_s=horizon, check_invariants=True))
         frames.append((result, request_frame(result.requests), pd.DataFrame(result.steps.as_dict())))
@@ -239,10 +243,7 @@ def test_fast_path_matches_step_by_step_on_random_workloads(seed, config, cachin
                 if (r.prompt_len + r.output_len + 3) // 4 <= num_blocks]
     frames = []
     for fast in (False, True):
-        needs_host = name == "offload" or opts.get("preemption") == "swap"
-        policy = make_policy(name, num_blocks=num_blocks, block_size=4, prefix_caching=caching,
-                             num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96,
-                             **opts)
+        policy = small_policy(name, opts, caching=caching, num_blocks=num_blocks)
         result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast))
         frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), _expanded(result.itl)))
     pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)

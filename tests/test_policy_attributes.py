@@ -16,10 +16,9 @@ import pytest
 
 from backends.base import CostContext
 from backends.roofline import make_roofline
-from policies.registry import make_policy
 from simcore.engine import RunLimits, simulate
 from simcore.presets import get_model
-from tests.test_fast_path import POLICIES, workload
+from tests.test_fast_path import POLICIES, small_policy, workload
 
 # The most attributes an instance has with its dictionary still shared (CPython 3.11.7).
 MOST_SHARED_ATTRIBUTES = 29
@@ -30,10 +29,6 @@ MOST_SHARED_ATTRIBUTES = 29
 @pytest.mark.parametrize("fast", [False, True])
 def test_a_policy_keeps_at_most_29_attributes_through_a_run(name, opts, caching, fast):
     cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
-    needs_host = name == "offload" or opts.get("preemption") == "swap"
-    policy = make_policy(name, num_blocks=64, block_size=4, prefix_caching=caching,
-                         num_host_blocks=400 if needs_host else 0, max_num_seqs=12, max_num_batched_tokens=96, **opts)
-    if needs_host and caching:
-        policy.enable_prefix_spill()  # sets the host prefix cache up
+    policy = small_policy(name, opts, caching=caching)
     simulate(workload(5, content=caching, sessions=True), policy, cost, limits=RunLimits(fast_forward=fast))
     assert len(vars(policy)) <= MOST_SHARED_ATTRIBUTES, sorted(vars(policy))
