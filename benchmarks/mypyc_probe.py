@@ -55,21 +55,15 @@ REFERENCE_POLICIES = ["continuous", "chunked_prefill"]
 
 
 def run_case(tree: Path, out: Path, size: int, policy: str, modules: list[str]) -> dict:
-    """One reference case from the tree at `tree`, outputs written to `out`: its times, and how
-    many of `modules` were imported compiled."""
-    sys.path[:0] = [str(tree), str(tree / "benchmarks")]
+    """One reference case from the tree at `tree` (its own `sim_speed.run_case`), outputs written
+    to `out`: its times, and how many of `modules` were imported compiled."""
+    sys.path.insert(0, str(tree / "benchmarks"))
     import sim_speed
 
-    from experiments.config import parse_experiment
-    from experiments.runner import run_experiment
-
-    started = time.perf_counter()
-    exp = parse_experiment(sim_speed.experiment(size, policy), source=None)
-    (only,) = run_experiment(exp, source=None, out_dir=out).runs
-    wall = time.perf_counter() - started
+    figures = sim_speed.run_case(size, policy, out)
     names = [module.removesuffix(".py").replace("/", ".") for module in modules]
     compiled = sum(not sys.modules[name].__file__.endswith(".py") for name in names if name in sys.modules)
-    return {"wall_s": wall, "loop_s": only.result.wall_time_s, "compiled": compiled}
+    return {"wall_s": figures["wall_s"], "loop_s": figures["simulate_s"], "compiled": compiled}
 
 
 def same_outputs(first: Path, second: Path) -> list[str]:
