@@ -362,6 +362,9 @@ class ChunkedPrefillPolicy(BasePolicy):
     def _after_decode_steps(self) -> None:
         self._last_was_prefill = False
 
+    def _admits_after_decodes(self) -> bool:
+        return self.order == "stall_free"  # alternate: a step with a chunk or admissions decodes none
+
     def _first_chunk_limit(self, num_decodes: int) -> int:
         return min(self.chunk_size, self.options.max_num_batched_tokens - num_decodes)
 

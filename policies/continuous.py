@@ -79,7 +79,10 @@ class ContinuousPolicy(BasePolicy):
                 return stretch
         return super().plan_stretch()
 
-    def _may_admit_during_stretch(self) -> bool:
+    def _admits_after_decodes(self) -> bool:
+        return self.mixed
+
+    def _may_admit_during_stretch(self, decode_blocks: int = 0) -> bool:
         """Mixed steps admit whole prompts in the budget the decodes leave, which a decode-only
         run does not change (it ends at its first finish while a queue waits): a head longer
         than that waits to the run's end, and those behind it with it (first come, first
@@ -87,7 +90,7 @@ class ContinuousPolicy(BasePolicy):
         if self.mixed and not self.bm.enable_prefix_caching and \
                 self.waiting[0].num_tokens > self.options.max_num_batched_tokens - len(self.running):
             return False
-        return super()._may_admit_during_stretch()
+        return super()._may_admit_during_stretch(decode_blocks)
 
     def _admission_stretch(self, head: Request) -> Stretch | None:
         """The step `_admit_whole_prompts` takes when it admits `head` alone, whole (the first

@@ -90,8 +90,11 @@ class StretchMixin:
         swapped = bool(self.swapped)
         if swapped and (self.bm.tracks_block_ids or self._may_swap_in_during_stretch()):
             return None
-        # While a request is swapped out, none is admitted (it comes back first).
-        if self.waiting and not swapped and self._may_admit_during_stretch():
+        # While a request is swapped out, none is admitted (it comes back first). Where a step's
+        # decodes take their new blocks before admission asks for the head's, a head that fits
+        # now may not fit after them: that is decided once their first step's blocks are known.
+        may_admit = bool(self.waiting) and not swapped and self._may_admit_during_stretch()
+        if may_admit and not self._admits_after_decodes():
             return None
         carry = self._carried(running)
         remaining: list[int] | None = None
@@ -107,6 +110,8 @@ class StretchMixin:
             remaining = steps_left(running)
             to_finish = min(remaining)
         firsts = self.bm.first_new_block_steps(ids)
+        if may_admit and self._may_admit_during_stretch(firsts.count(1)):  # a first of 1: a block in step 1
+            return None
         # A finish frees blocks and a seat that a swapped-out request may take: not past one then.
         if self.run_past_finishes and not self.waiting and not swapped and self.can_run_past_finishes():
             if remaining is None:  # read from the carry: its own, when it knew them
@@ -279,11 +284,13 @@ class StretchMixin:
         """Whether one step's budget always schedules every running decode."""
         return num_decodes <= self.options.max_num_batched_tokens
 
-    def _may_admit_during_stretch(self) -> bool:
-        """Whether the waiting head might be admitted while the batch decodes (conservative).
+    def _may_admit_during_stretch(self, decode_blocks: int = 0) -> bool:
+        """Whether the waiting head might be admitted while the batch decodes (conservative),
+        where a step's decodes first take `decode_blocks` new blocks (those of the run's first
+        step; 0 where admission comes first, or they are not known yet).
 
         Running count and free blocks cannot grow during a stretch, so a head blocked by either
-        now stays blocked until the stretch's last step.
+        in its first step stays blocked until its last (later steps' decodes take more blocks).
         """
         if len(self.running) >= self.options.max_num_seqs:
             return False
@@ -291,7 +298,12 @@ class StretchMixin:
             return True
         head = self.waiting[0]
         need = self._blocks_to_admit(head, min(head.num_tokens, self._first_chunk_limit(len(self.running))))
-        return need <= 0 or self.bm.can_allocate(need, reserve=self.num_watermark_blocks())
+        return need <= 0 or self.bm.can_allocate(need + decode_blocks, reserve=self.num_watermark_blocks())
+
+    def _admits_after_decodes(self) -> bool:
+        """Whether a step schedules every running decode, with its new blocks, before it admits
+        a waiting request (stall-free chunked prefill, mixed continuous batching)."""
+        return False
 
     def _may_swap_in_during_stretch(self) -> bool:
         """Whether the first swapped-out request might come back while the batch decodes, as

@@ -48,7 +48,7 @@ class StaticPolicy(BasePolicy):
         else:
             self.bm.free(request.request_id)
 
-    def _may_admit_during_stretch(self) -> bool:
+    def _may_admit_during_stretch(self, decode_blocks: int = 0) -> bool:
         return False  # newcomers wait for the whole group
 
     def can_run_past_finishes(self) -> bool:

@@ -882,3 +882,32 @@ def test_run_pieces_are_whole_run_shapes() -> None:
     tail = [shape for shape in seen if shape.chunk_selects]
     assert tail == [RunShape(3, 21, 4, 16, True, 3, True)]
     assert RunShape(0, 0, 0, 0, False, 2, False) in seen
+
+
+@pytest.mark.parametrize("name,opts", [("chunked_prefill", {"chunk_size": 16}), ("continuous", {"mixed": True})])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_decode_runs_go_on_while_the_first_steps_decodes_leave_the_head_too_few_blocks(monkeypatch, name, opts,
+                                                                                      seed):
+    """Where a step schedules the decodes before admissions, their new blocks come first: a head
+    whose blocks are free now but not once the first step's decodes took theirs waits through
+    every step to the first finish (free blocks only shrink meanwhile). Those decode steps run
+    at once, the queue waiting (they were stepped one by one while the head's blocks alone
+    decided), and the tables match stepping."""
+    applied = []
+    from policies.fast_path import StretchMixin
+
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        # A decode run planned from the batch (not after a part that brought a request in)
+        # while the head's blocks are free before the step.
+        if self.waiting and stretch.prefill is None and stretch.newcomer is None and not stretch.victims \
+                and stretch.decode_contexts is None and self._may_admit_during_stretch():
+            applied.append((stretch, len(step_ends)))
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    _both_paths_equal(_queued_workload(seed), name, cost, num_blocks=40, block_size=4, max_num_seqs=8,
+                      max_num_batched_tokens=96, **opts)
+    assert any(stretch.arrivals_wait and steps > 1 for stretch, steps in applied)
