@@ -160,9 +160,10 @@ class ChunkedPrefillPolicy(BasePolicy):
         # Every seat taken (the decoders and the prompt): no waiting request joins a step until
         # a decoder finishes.
         seats_full = len(decoders) + 1 >= self.options.max_num_seqs
-        # The last chunk is all that is left, and a request waits to join its step: that step
-        # alone, planned below (its own checks decide who else could join).
-        last_chunk_only = num_waiting > 0 and pending <= chunk and not admits and not seats_full \
+        # The last chunk is all that is left (or, for a head admitted now, its whole prompt fits
+        # one), and a request waits to join its step: that step alone, planned below (its own
+        # checks decide who else could join).
+        last_chunk_only = num_waiting > 0 and pending <= chunk and not seats_full \
             and not _counted_as_decode(prefill, pending)
         if num_waiting and chunk < budget_left and not seats_full and not last_chunk_only:
             return None  # budget left beside the chunk: a waiting request could be admitted
@@ -194,7 +195,8 @@ class ChunkedPrefillPolicy(BasePolicy):
             tail, total = 0, num_steps
         firsts = self.bm.first_new_block_steps(ids)
         if last_chunk_only:
-            before = Stretch(0, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed)
+            before = Stretch(0, decoders, ids, firsts, context, to_finish, prefill, chunk, prefill.num_processed,
+                             admits=admits)
             return self._last_chunk_with_newcomer(before, pending)
         if admits:
             # Admission's own check, after the step's decodes took their blocks (as _try_admit).

@@ -911,3 +911,26 @@ def test_decode_runs_go_on_while_the_first_steps_decodes_leave_the_head_too_few_
     _both_paths_equal(_queued_workload(seed), name, cost, num_blocks=40, block_size=4, max_num_seqs=8,
                       max_num_batched_tokens=96, **opts)
     assert any(stretch.arrivals_wait and steps > 1 for stretch, steps in applied)
+
+
+def test_a_step_that_admits_a_whole_prompt_and_the_next_request(monkeypatch):
+    """With nothing prefilling, the step that admits the queue's head, whose whole prompt fits
+    the budget the decodes leave, admits the request behind it with its first chunk in what is
+    left (as stepping does): one step on the fast path, with the head's first output, and the
+    newcomer's where its whole prompt fits too. Arrivals wait where no room is left."""
+    from policies.fast_path import StretchMixin
+
+    both = []  # (whether the newcomer's whole prompt runs, whether arrivals wait) of each such step
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        if stretch.admits and stretch.newcomer is not None and len(step_ends) == 1:
+            both.append((stretch.newcomer_selects, stretch.arrivals_wait))  # read before the step
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    _both_paths_equal(_queued_workload(2), "chunked_prefill", cost, num_blocks=200, block_size=4, max_num_seqs=8,
+                      max_num_batched_tokens=96, chunk_size=16)
+    assert any(selects for selects, _ in both)
+    assert any(waits for _, waits in both)
