@@ -403,8 +403,12 @@ class ProfiledCostModel:
         row["num_decode_tokens"] = float(n)
         row["num_selecting"] = float(shape.num_selecting)
         fresh = shape.new_chunk  # a new prompt's chunk on no context (one-step runs only)
-        row["num_prefill_tokens"] = float(q + fresh)
-        row["sum_prefill_causal"] = q * (q + 1) / 2 + fresh * (fresh + 1) / 2
+        row["num_prefill_tokens"] = float(q + sum(shape.new_whole) + fresh)
+        # In the plan's order: the chunk, the prompts admitted whole, the new prompt's chunk.
+        causal = q * (q + 1) / 2
+        for whole in shape.new_whole:
+            causal += whole * (whole + 1) / 2
+        row["sum_prefill_causal"] = causal + fresh * (fresh + 1) / 2
         decode_context, prefill_context = shape.decode_context, shape.prefill_context
         while True:
             row["sum_decode_context"] = float(decode_context)

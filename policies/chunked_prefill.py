@@ -103,7 +103,10 @@ class ChunkedPrefillPolicy(BasePolicy):
         the engine allows it) when nothing waits, or when the step budget is at most a chunk
         (no step before the last chunk's has room for a waiting request): the batch shrinks
         and, where the chunk is the budget left beside the decodes, grows (`Stretch.chunk_cap`).
-        A request waiting for the last chunk's step joins it with its first chunk (`newcomer`).
+        Requests waiting for the last chunk's step join it while seats and budget are left, each
+        but the last with its whole prompt (`whole_newcomers`), the last with its first chunk
+        (`newcomer`); where none can (no budget left, or too few blocks for the queue's head),
+        that step runs without them, and after a blocked head so do the decodes that follow.
         A recompute after a preemption runs as a first prefill, but for a last chunk of one
         position (a step counts it as a decode). Only where block ids carry no meaning (no
         prefix cache; a host tier only where blocks are counted) and nothing is swapped out."""
@@ -272,40 +275,75 @@ class ChunkedPrefillPolicy(BasePolicy):
 
     def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:
         """`stretch` (every chunk of its prompt but the last; none, for a stretch of no steps)
-        and the step after it: the last chunk, the decodes, and the next waiting request
-        admitted with its first chunk in the budget left, as `_run_prefill_chunks` would do it,
-        when nothing else could join that step (`stretch` itself, made longer; None, and
-        `stretch` unchanged, otherwise)."""
+        and the step after it: the last chunk, the decodes, and the waiting requests admitted
+        with their first chunks in the budget left, as `_run_prefill_chunks` would do it, each
+        but the last with its whole prompt (`Stretch.whole_newcomers`), when nothing else could
+        join that step (`stretch` itself, made longer; None, and `stretch` unchanged, otherwise)."""
         num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
-        newcomer = self.waiting[1 if stretch.admits else 0]
         # The decoders in that step: those that did not finish in the steps before.
         remaining = stretch.remaining
         num_decodes = len(stretch.decoders) if remaining is None else len([left for left in remaining if left > num_steps])
-        if num_decodes + 2 > self.options.max_num_seqs:
-            return None
         tail = pending - stretch.prompt_positions(num_steps)
         if _counted_as_decode(prompt, tail):
             return None
+        # Admission goes on while seats and budget are left (the prompt holds a seat).
+        seats = self.options.max_num_seqs - num_decodes - 1
         room = self.options.max_num_batched_tokens - num_decodes - tail
-        new_chunk = min(newcomer.num_tokens, self.chunk_size, room)
-        num_others = len(self.waiting) - (2 if stretch.admits else 1)
-        has_room = new_chunk < room and num_decodes + 2 < self.options.max_num_seqs
-        if new_chunk < 1 or (num_others and has_room):
-            return None  # no room for it, or room for one more
-        # Blocks: the decodes' in all these steps, the prompt's, then the newcomer's (those
-        # admission gives it: under reserve admission, for every position it will hold), which
-        # admission takes only while the watermark stays free. Decoders that finished before
-        # are counted as if they kept growing (stepping has their blocks back: as many free).
-        need = self._prompt_blocks_after(stretch, pending)[0] + self._blocks_to_admit(newcomer, new_chunk)
-        free = self.bm.num_free_blocks - need - self.num_watermark_blocks()
-        if not decode_blocks_fit(stretch.decode_firsts, num_steps + 1, self.bm.block_size, free):
-            return None
+        waiting, index = self.waiting, 1 if stretch.admits else 0
+        admitted: list[Request] = []
+        chunks: list[int] = []
+        prompt_need = need = self._prompt_blocks_after(stretch, pending)[0]
+        while seats > 0 and room > 0 and index < len(waiting):
+            request = waiting[index]
+            chunk = min(request.num_tokens, self.chunk_size, room)
+            admitted.append(request)
+            chunks.append(chunk)
+            # Blocks admission gives it (under reserve admission, for every position it will hold).
+            need += self._blocks_to_admit(request, chunk)
+            seats, room, index = seats - 1, room - chunk, index + 1
+            if chunk < request.num_tokens and seats > 0 and room > 0 and index < len(waiting):
+                return None  # a second request would be admitted beside one still prefilling
+        # Blocks: the decodes' in all these steps, the prompt's, then the newcomers', which
+        # admission takes only while the watermark stays free (each in turn: so all of them,
+        # once the last fits). Decoders that finished before are counted as if they kept
+        # growing (stepping has their blocks back: as many free).
+        watermark, bs, firsts = self.num_watermark_blocks(), self.bm.block_size, stretch.decode_firsts
+        if not admitted or not decode_blocks_fit(firsts, num_steps + 1, bs, self.bm.num_free_blocks - need - watermark):
+            return self._last_chunk_alone(stretch, pending, tail, bool(admitted), prompt_need + watermark +
+                                          (self._blocks_to_admit(admitted[0], chunks[0]) if admitted else 0))
         # The stretch, made for this plan alone, becomes the one a step longer. A request that
         # arrives before that step would join it where there is room (none could join the steps
         # before: the queue waits, see _prefill_stretch).
-        stretch.num_steps, stretch.tail, stretch.newcomer, stretch.newcomer_chunk = num_steps + 1, tail, newcomer, new_chunk
-        stretch.arrivals_wait = not has_room
+        stretch.num_steps, stretch.tail = num_steps + 1, tail
+        stretch.newcomer, stretch.newcomer_chunk = admitted[-1], chunks[-1]
+        if len(admitted) > 1:
+            stretch.whole_newcomers, stretch.whole_chunks = tuple(admitted[:-1]), tuple(chunks[:-1])
+        stretch.arrivals_wait = seats <= 0 or room <= 0
+        return stretch
+
+    def _last_chunk_alone(self, stretch: Stretch, pending: int, tail: int, head_blocked: bool,
+                          head_need: int) -> Stretch | None:
+        """`_last_chunk_with_newcomer` where no waiting request joins that step: none has a seat or
+        budget left (`head_blocked` false), or the queue's head finds too few blocks free once
+        the decodes, the last chunk and the watermark took theirs (`head_need` blocks in all), in
+        a stretch of that step alone (where they are counted exactly). The head then waits to
+        the first finish (the blocks free only shrink, and the budget the decodes leave it only
+        grows): the decodes that follow are certain too, as behind any queue. None where the
+        step is not certain that way, or finds too few blocks for the decodes and the chunk (or,
+        for a prompt the step admits, too few to admit it)."""
+        num_steps, prompt = stretch.num_steps, stretch.prefill
+        assert prompt is not None
+        firsts, bs, free = stretch.decode_firsts, self.bm.block_size, self.bm.num_free_blocks
+        if head_blocked and (num_steps or decode_blocks_fit(firsts, 1, bs, free - head_need)):
+            return None  # the head may fit: stepping decides
+        # A prompt admitted by the step: only while the watermark stays free.
+        reserve = self.num_watermark_blocks() if stretch.admits else 0
+        if not decode_blocks_fit(firsts, num_steps + 1, bs, free - self._prompt_blocks_after(stretch, pending)[0] - reserve):
+            return None  # the step preempts, or does not admit the prompt
+        stretch.num_steps, stretch.tail, stretch.arrivals_wait = num_steps + 1, tail, True
+        if head_blocked and stretch.steps_to_finish > 1 and prompt.num_target_outputs > prompt.num_outputs + 1:
+            stretch.plan_then = partial(self._decodes_after_prompt, pending=pending, queue=True)
         return stretch
 
     def _chunks_past_finishes(self, stretch: Stretch, pending: int) -> tuple[int, int]:

@@ -399,8 +399,8 @@ class StretchMixin:
     def begin_stretch(self, stretch: Stretch, now: float) -> None:
         """What a stretch's first step does before any position is processed (at `now`, its
         start): preempt its victims, admit its prompt from the queue, as the step would (see
-        `Stretch.admits`), and its newcomer when that step is its last (later, `apply_stretch`
-        admits it)."""
+        `Stretch.admits`), and its newcomers when that step is its last (later, `apply_stretch`
+        admits them)."""
         if stretch.victims:
             # For recompute only: `can_preempt_in_stretch` rules out a host tier, so `_preempt`
             # would do the same, less the step plan it appends to.
@@ -412,7 +412,14 @@ class StretchMixin:
             assert stretch.prefill is not None
             self._admit(stretch.prefill, now, self._admission_reserve(stretch.prefill))
         if stretch.newcomer is not None and stretch.num_steps == 1:
-            self._admit(stretch.newcomer, now, self._admission_reserve(stretch.newcomer))
+            self._admit_newcomers(stretch, now)
+
+    def _admit_newcomers(self, stretch: Stretch, now: float) -> None:
+        """Admit the requests the stretch's last step admits, in queue order (at `now`)."""
+        for request in stretch.whole_newcomers:
+            self._admit(request, now, self._admission_reserve(request))
+        assert stretch.newcomer is not None
+        self._admit(stretch.newcomer, now, self._admission_reserve(stretch.newcomer))
 
     def stretch_run_counts(self, stretch: Stretch, num_steps: int) -> RunCounts:
         """What the step records of the stretch's first `num_steps` steps derive their counts
@@ -431,8 +438,9 @@ class StretchMixin:
         return RunCounts(num_steps, self.bm.block_size, len(self.running), self.bm.num_used_blocks,
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
                          self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
-                         prompt is not None, stretch.reaches_tail(num_steps), newcomer,
-                         newcomer and stretch.newcomer_selects, stretch.chunk_cap)
+                         prompt is not None, stretch.reaches_tail(num_steps),
+                         stretch.num_newcomers if newcomer else 0,
+                         stretch.num_newcomers_selecting if newcomer else 0, stretch.chunk_cap)
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
@@ -510,14 +518,17 @@ class StretchMixin:
         newcomer = stretch.newcomer if stretch.admits_newcomer(num_steps) else None
         if newcomer is not None:
             if num_steps > 1:  # admitted by the last step, after the others (not by begin_stretch)
-                self._admit(newcomer, step_ends[-2], self._admission_reserve(newcomer))
-            if self._apply_newcomer(stretch, step_ends[-1], done):
+                self._admit_newcomers(stretch, step_ends[-2])
+            end = step_ends[-1]
+            for request, chunk in zip(stretch.whole_newcomers, stretch.whole_chunks):
+                self._apply_first_chunk(request, chunk, end, done)
+            if self._apply_first_chunk(newcomer, stretch.newcomer_chunk, end, done):
                 still_prefilling = newcomer
         self.num_steps += num_steps
         self._after_decode_steps()
         # A request that decodes from this run's end on without being among its decoders (a
         # newcomer whose whole prompt ran) is not in the carry: none then.
-        if newcomer is not None and still_prefilling is not newcomer:
+        if newcomer is not None and (still_prefilling is not newcomer or stretch.whole_newcomers):
             carry = None
         elif done:
             carry = self._survivors_after(stretch, num_steps, completes, len(done))
@@ -559,22 +570,22 @@ class StretchMixin:
         """apply_stretch for a step that only admits its newcomer (continuous batching's
         prefill-only step): no decodes, no prompt chunk, nothing for the next plan to carry."""
         done: list[Request] = []
-        still_prefilling = stretch.newcomer if self._apply_newcomer(stretch, step_ends[-1], done) else None
+        newcomer = stretch.newcomer
+        assert newcomer is not None and not stretch.whole_newcomers
+        still_prefilling = newcomer if self._apply_first_chunk(newcomer, stretch.newcomer_chunk, step_ends[-1],
+                                                                done) else None
         self.num_steps += len(step_ends)
         self._after_decode_steps()
         self._carry = None
         return self._retire(done, still_prefilling)
 
-    def _apply_newcomer(self, stretch: Stretch, end: float, done: list[Request]) -> bool:
-        """The newcomer's first chunk, run in the stretch's last step (ending at `end`; admitted by
-        then), and its first output when that chunk is its whole prompt (a finished request goes
-        to `done`). Returns whether it is still prefilling. (No prefix-cache blocks to register:
-        stretches with a newcomer are planned only without a prefix cache.) A recompute, back
-        after a preemption, may be back where it was by then, and its output after the ones it
-        had is a gap."""
-        newcomer = stretch.newcomer
-        assert newcomer is not None
-        chunk = stretch.newcomer_chunk
+    def _apply_first_chunk(self, newcomer: Request, chunk: int, end: float, done: list[Request]) -> bool:
+        """A newcomer's first `chunk` positions, run in the stretch's last step (ending at `end`;
+        admitted by then), and its first output when that chunk is its whole prompt (a finished
+        request goes to `done`). Returns whether it is still prefilling. (No prefix-cache blocks
+        to register: stretches with a newcomer are planned only without a prefix cache.) A
+        recompute, back after a preemption, may be back where it was by then, and its output
+        after the ones it had is a gap."""
         self.bm.append(newcomer.request_id, chunk)
         newcomer.num_processed += chunk
         self.num_resident_tokens += chunk

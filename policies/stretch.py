@@ -4,7 +4,8 @@ Every step of a stretch processes one position for each of `decoders` still runn
 selects a token) and, optionally, one `chunk` of a single prompt, which may be admitted by the
 first step (`admits`) and completed by the last (`tail`). A stretch's last step may also admit
 a `newcomer` with its first chunk: beside the tail, or alone (continuous batching's
-prefill-only step, a stretch of one step, whose decode-only steps follow as `then`). A step
+prefill-only step, a stretch of one step, whose decode-only steps follow as `then`), and
+before it others with their whole prompts (`whole_newcomers`). A step
 short of blocks, a stretch of one step, may preempt the newest running requests first
 (`victims`); a prompt that finds no room to stay may be admitted and preempted in turn
 (`readmits`). Nothing else is admitted, preempted or swapped meanwhile, and no request arrives,
@@ -33,7 +34,7 @@ from simcore.request import Request
 # 3% faster under chunked prefill at twice the rate, with batches of 64 to 100).
 MIN_BATCH_SORTED_IN_PART = 64
 
-# RunShape from all seven fields, in order, without the named tuple's own __new__ (a Python
+# RunShape from all eight fields, in order, without the named tuple's own __new__ (a Python
 # function: 0.54 us a shape, against 0.29 us; every part of a run makes one to three).
 _shape = partial(tuple.__new__, RunShape)
 
@@ -63,6 +64,11 @@ class Stretch:
     # cut before that step admits none.
     newcomer: Request | None = None
     newcomer_chunk: int = 0
+    # Waiting requests that step admits before the newcomer, each with its whole prompt (their
+    # positions: `whole_chunks`), as a step's admissions go on while budget and seats are left:
+    # each selects its first output there.
+    whole_newcomers: tuple[Request, ...] = ()
+    whole_chunks: tuple[int, ...] = ()
     # Each decoder's steps until its last output (batch order), when the stretch may run past
     # finishes; None when it ends at the first one.
     remaining: list[int] | None = None
@@ -107,6 +113,21 @@ class Stretch:
     def newcomer_selects(self) -> bool:
         """Whether the newcomer's first chunk is its whole prompt (it selects a token)."""
         return self.newcomer is not None and self.newcomer_chunk == self.newcomer.num_tokens
+
+    @property
+    def newcomer_positions(self) -> int:
+        """Positions of the prompts the newcomer's step admits (its chunk and the whole ones)."""
+        return self.newcomer_chunk + sum(self.whole_chunks) if self.whole_chunks else self.newcomer_chunk
+
+    @property
+    def num_newcomers(self) -> int:
+        """Requests the newcomer's step admits."""
+        return (self.newcomer is not None) + len(self.whole_newcomers)
+
+    @property
+    def num_newcomers_selecting(self) -> int:
+        """Of those, the ones that select a token in that step (whose whole prompt runs)."""
+        return self.newcomer_selects + len(self.whole_newcomers)
 
     def admits_newcomer(self, num_steps: int) -> bool:
         """Whether the first `num_steps` steps include the one that admits the newcomer."""
@@ -179,11 +200,11 @@ class Stretch:
             n, chunk = len(self.decoders), self.chunk
             for step, stored in enumerate(self.readmit_positions(limit)):
                 yield 1, _shape((n, self.decode_context + step * n, chunk if stored else 0, max(stored - chunk, 0),
-                                 False, 0, False))
+                                 False, 0, False, ()))
             return
         if self.newcomer is not None and self.prefill is None:  # a step that admits it alone (beside a tail: below)
             yield 1, _shape((len(self.decoders), self.decode_context, self.chunk, self.prefill_context, False,
-                             self.newcomer_chunk, self.newcomer_selects))
+                             self.newcomer_chunk, self.newcomer_selects, self.whole_chunks))
             return
         completes = self.reaches_tail(limit)
         body = limit - 1 if completes else limit  # steps of a whole chunk (or of decodes alone)
@@ -201,12 +222,12 @@ class Stretch:
                     decode_context = context + steps * n
                 if steps:
                     q = self.chunk_beside(n)
-                    yield steps, _shape((n, context, q, prefill_context, False, 0, False))
+                    yield steps, _shape((n, context, q, prefill_context, False, 0, False, ()))
                     prefill_context += steps * q
                 done += steps
         if completes:
             yield 1, _shape((n, decode_context, self.tail, prefill_context, True, self.newcomer_chunk,
-                             self.newcomer_selects))
+                             self.newcomer_selects, self.whole_chunks))
 
     def decode_spans(self, num_steps: int) -> Iterator[tuple[int, int, int]]:
         """(steps, number of decoders, their total context at the span's first step): pieces
@@ -253,7 +274,7 @@ class Stretch:
 
     def run_shape(self) -> RunShape:
         """What a cost model needs to price the steps one at a time (`iter_step_times`)."""
-        return _shape((len(self.decoders), self.decode_context, self.chunk, self.prefill_context, False, 0, False))
+        return _shape((len(self.decoders), self.decode_context, self.chunk, self.prefill_context, False, 0, False, ()))
 
 
 @dataclass(slots=True)
@@ -284,12 +305,12 @@ def run_aggregates(shape: RunShape, num_steps: int) -> tuple:
     """Per-step aggregates of `num_steps` steps of one shape, for a cost model that prices them
     in bulk: tokens, sequences, selecting positions (the same each step), attention work
     sum q (2c + q) and KV positions touched (context + new) (arrays)."""
-    n, q, fresh = shape.num_decodes, shape.chunk, shape.new_chunk
+    n, q, fresh, whole = shape.num_decodes, shape.chunk, shape.new_chunk, shape.new_whole
     j = np.arange(num_steps, dtype=np.int64)
     decode_context = shape.decode_context + j * n
     prefill_context = shape.prefill_context + j * q
-    num_tokens = n + q + fresh
+    num_tokens = n + q + fresh + sum(whole)
     # Decodes: sum (2c + 1); the chunk: q (2c + q); a new prompt's chunk: q^2.
-    attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh * fresh
+    attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh * fresh + sum([w * w for w in whole])
     kv_positions = decode_context + prefill_context + num_tokens
     return num_tokens, shape.num_seqs, shape.num_selecting, attn_work, kv_positions

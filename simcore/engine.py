@@ -318,10 +318,10 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
             prefill_tokens = part.tail if completes else chunk
             num_selected = num_decodes + completes
             if part.admits_newcomer(1):
-                num_seqs += 1
-                prefill_tokens += part.newcomer_chunk
+                num_seqs += part.num_newcomers
+                prefill_tokens += part.newcomer_positions
                 # Read before the step: a newcomer whose whole prompt ran has an output after it.
-                num_selected += part.newcomer_selects
+                num_selected += part.num_newcomers_selecting
             release_turns(policy.apply_stretch(part, ends), ends[-1])
             after = state_after()
             if late is not None:
@@ -499,10 +499,10 @@ def _prompt_tokens(part: Stretch, num_steps: int, completes: bool) -> int | tupl
     if part.chunk_cap and part.has_departures(num_steps):
         chunks = part.step_chunks(num_steps)  # the chunk grows at finishes
         if part.admits_newcomer(num_steps):
-            chunks[-1] += part.newcomer_chunk
+            chunks[-1] += part.newcomer_positions
         return chunks
     if completes:
-        return part.chunk, part.tail + part.newcomer_chunk * part.admits_newcomer(num_steps)
+        return part.chunk, part.tail + (part.newcomer_positions if part.admits_newcomer(num_steps) else 0)
     return part.chunk
 
 

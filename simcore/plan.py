@@ -50,7 +50,8 @@ class RunShape(NamedTuple):
     The chunk selects a token only if `chunk_selects` (it completes the prompt: a run of one
     step); otherwise the prompt is not done within the run. A run of one step may also carry
     `new_chunk` positions of a newly admitted prompt (on no context), selecting a token if
-    `new_selects` (the whole prompt).
+    `new_selects` (the whole prompt), and before it further prompts admitted whole (on no
+    context), each `new_whole` positions, each selecting a token.
     """
 
     num_decodes: int
@@ -60,14 +61,15 @@ class RunShape(NamedTuple):
     chunk_selects: bool = False
     new_chunk: int = 0
     new_selects: bool = False
+    new_whole: tuple[int, ...] = ()
 
     @property
     def num_seqs(self) -> int:
-        return self.num_decodes + (1 if self.chunk else 0) + (1 if self.new_chunk else 0)
+        return self.num_decodes + (1 if self.chunk else 0) + (1 if self.new_chunk else 0) + len(self.new_whole)
 
     @property
     def num_selecting(self) -> int:
-        return self.num_decodes + (1 if self.chunk_selects else 0) + (1 if self.new_selects else 0)
+        return self.num_decodes + (1 if self.chunk_selects else 0) + (1 if self.new_selects else 0) + len(self.new_whole)
 
 
 @dataclass(frozen=True, slots=True)

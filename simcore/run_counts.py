@@ -33,10 +33,10 @@ class RunCounts:
     prompt_first: int = 0  # the prompt's next new-block position (1-based), when chunk > 0
     has_prompt: bool = False  # a prompt is in every step (num_seqs counts it)
     completes: bool = False  # the last step completes the prompt (it selects a token)
-    # The last step admits a new prompt with its first chunk (one more sequence); its first
-    # output, when that chunk is the whole prompt (one more selecting).
-    newcomer: bool = False
-    newcomer_selects: bool = False
+    # Prompts the last step admits with their first chunks (one more sequence each), and of
+    # those, the ones whose chunk is the whole prompt (their first outputs: one more selecting).
+    newcomer: int = 0
+    newcomer_selects: int = 0
     # Where the chunk is the budget left beside the decoders: the most it may grow to as they
     # leave (a step with d decoders takes min(chunk_cap, chunk + len(firsts) - d)); 0: fixed.
     chunk_cap: int = 0

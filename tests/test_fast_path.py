@@ -380,10 +380,11 @@ def test_prompt_chunks_run_past_finishes_while_a_queue_waits(monkeypatch, seats,
             assert sum(stretch.step_chunks(taken)) == stretch.prompt_positions(taken)
             if stretch.reaches_tail(taken) and stretch.admits_newcomer(taken):
                 num_joined += 1
-                assert stretch.newcomer.request_id == 5
-                # The last step: every decoder that did not finish before it, both prompts' chunks.
+                # Request 5 first (request 6 after it, where its whole prompt left room).
+                assert [r.request_id for r in (*stretch.whole_newcomers, stretch.newcomer)] in ([5], [5, 6])
+                # The last step: every decoder that did not finish before it, the prompts' chunks.
                 survivors = sum(left >= taken for left in stretch.remaining)
-                assert stretch.tail + stretch.newcomer_chunk + survivors <= budget
+                assert stretch.tail + stretch.newcomer_positions + survivors <= budget
         assert steps["num_prefill_tokens"].sum() == 4 * 4 + prompt_len + 6 + 20
     assert (num_joined > 0) == (budget <= 16)
 
@@ -934,3 +935,63 @@ def test_a_step_that_admits_a_whole_prompt_and_the_next_request(monkeypatch):
                       max_num_batched_tokens=96, chunk_size=16)
     assert any(selects for selects, _ in both)
     assert any(waits for _, waits in both)
+
+
+@pytest.mark.parametrize("opts", [{}, {"admission": "reserve"}, {"admission": "watermark", "watermark": 0.1}])
+@pytest.mark.parametrize("budget", [32, 96])
+def test_a_step_that_admits_several_waiting_requests(monkeypatch, opts, budget):
+    """The step of a prompt's last chunk (or the one that admits the head whole) goes on
+    admitting waiting requests while seats and budget are left, as stepping does: each but the
+    last with its whole prompt (each selects its first output), the last with its first chunk.
+    Such steps run on the fast path, also as the last step of a longer run, and the tables
+    match stepping's (priced by the roofline: the prompts' attention counts)."""
+    from backends.base import CostContext
+    from backends.roofline import make_roofline
+    from policies.fast_path import StretchMixin
+    from simcore.presets import get_model
+
+    whole = []  # (admitted whole, steps of the run's part) of each part whose last step admits several
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        if stretch.whole_newcomers and len(step_ends) == stretch.num_steps:
+            whole.append((len(stretch.whole_newcomers), len(step_ends)))
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
+    for seed in (0, 2):
+        _both_paths_equal(_queued_workload(seed), "chunked_prefill", cost, num_blocks=80, block_size=4,
+                          max_num_seqs=8, max_num_batched_tokens=budget, chunk_size=budget, **opts)
+    if budget > 32:  # room for three or more in a step
+        assert any(num_whole >= 2 for num_whole, _ in whole)
+    else:  # chunks of a longer prompt first
+        assert any(steps > 1 for _, steps in whole)
+
+
+@pytest.mark.parametrize("opts", [{}, {"admission": "watermark", "watermark": 0.1}])
+def test_the_last_chunks_step_with_a_queue_that_cannot_join_it(monkeypatch, opts):
+    """A prompt's last chunk runs beside the decodes with seats left while a queue waits, and
+    no waiting request joins that step: the chunk takes the budget the decodes leave, or the
+    queue's head finds too few blocks once the decodes and the chunk took theirs. That step is
+    certain (arrivals wait); after a blocked head, so are the decodes that follow to the first
+    finish (the free blocks only shrink). Tables equal stepping's."""
+    from policies.fast_path import StretchMixin
+
+    alone = []  # (steps of the part, whether decodes follow it) of each such part
+    original = StretchMixin.apply_stretch
+
+    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
+        if stretch.tail and stretch.newcomer is None and self.waiting and len(step_ends) == stretch.num_steps \
+                and len(self.running) < self.options.max_num_seqs:
+            alone.append((len(step_ends), stretch.then is not None))
+        return original(self, stretch, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    for seed in (0, 1):
+        _both_paths_equal(_queued_workload(seed), "chunked_prefill", cost, num_blocks=40, block_size=4,
+                          max_num_seqs=8, max_num_batched_tokens=32, chunk_size=32, **opts)
+    assert any(then for _, then in alone)
+    assert any(not then for _, then in alone)
+    assert any(steps > 1 for steps, _ in alone)

@@ -241,14 +241,17 @@ def test_runs_priced_one_step_at_a_time_equal_step_time():
         # ... and then a newly admitted prompt's first chunk may share that step.
         fresh = int(rng.integers(1, 200)) if selects and rng.integers(0, 2) else 0
         fresh_whole = bool(fresh) and bool(rng.integers(0, 2))
+        # ... after others admitted with their whole prompts.
+        whole = tuple(rng.integers(1, 200, size=int(rng.integers(0, 3))).tolist()) if fresh else ()
         steps = 1 if selects else int(rng.integers(1, 12))
         shape = RunShape(n, sum(contexts), chunk, prefill_context, chunk_selects=selects, new_chunk=fresh,
-                         new_selects=fresh_whole)
+                         new_selects=fresh_whole, new_whole=whole)
         times = list(islice(model.iter_step_times(shape), steps))
         for j in (0, steps - 1):
             decodes = [ScheduledSeq(i, 1, c + j, True, 1) for i, c in enumerate(contexts)]
             prompt_len = prefill_context + chunk if selects else 10**6
             prefill = [ScheduledSeq(n, chunk, prefill_context + j * chunk, selects, prompt_len)] if chunk else []
+            prefill += [ScheduledSeq(n + 2 + i, q, 0, True, q) for i, q in enumerate(whole)]
             if fresh:
                 prefill.append(ScheduledSeq(n + 1, fresh, 0, fresh_whole, fresh if fresh_whole else fresh + 50))
             assert model.step_time(StepPlan(j, tuple(decodes + prefill))) == times[j]

@@ -272,6 +272,13 @@ def test_stretch_prices_equal_step_time(model_index, num_decodes, per_seq, chunk
             assert priced == model.aggregate_step_times(*run_aggregates(shape, 1)).tolist()[0]
             newcomer = _seq(num_decodes + 1, fresh, 0, whole, prompt=fresh if whole else fresh + 50)
             assert model.step_time(StepPlan(0, tuple(decodes + [completing, newcomer]))) == priced
+            # ... after others admitted with their whole prompts (each selects).
+            admitted_whole = (1 + split_seed % 7, 1 + split_seed % 130)
+            shape = shape._replace(new_whole=admitted_whole)
+            (priced,) = islice(model.iter_step_times(shape), 1)
+            assert priced == model.aggregate_step_times(*run_aggregates(shape, 1)).tolist()[0]
+            others = [_seq(num_decodes + 2 + i, q, 0, True, prompt=q) for i, q in enumerate(admitted_whole)]
+            assert model.step_time(StepPlan(0, tuple(decodes + [completing, *others, newcomer]))) == priced
     prompt = 1
     for k in (0, num_steps - 1):
         decodes = [_seq(i, 1, c + k, True, prompt=prompt) for i, c in enumerate(contexts)]
