@@ -310,8 +310,8 @@ class ChunkedPrefillPolicy(BasePolicy):
         # growing (stepping has their blocks back: as many free).
         watermark, bs, firsts = self.num_watermark_blocks(), self.bm.block_size, stretch.decode_firsts
         if not admitted or not decode_blocks_fit(firsts, num_steps + 1, bs, self.bm.num_free_blocks - need - watermark):
-            return self._last_chunk_alone(stretch, pending, tail, bool(admitted), prompt_need + watermark +
-                                          (self._blocks_to_admit(admitted[0], chunks[0]) if admitted else 0))
+            head_need = prompt_need + watermark + self._blocks_to_admit(admitted[0], chunks[0]) if admitted else None
+            return self._last_chunk_alone(stretch, pending, tail, prompt_need, head_need)
         # The stretch, made for this plan alone, becomes the one a step longer. A request that
         # arrives before that step would join it where there is room (none could join the steps
         # before: the queue waits, see _prefill_stretch).
@@ -322,27 +322,28 @@ class ChunkedPrefillPolicy(BasePolicy):
         stretch.arrivals_wait = seats <= 0 or room <= 0
         return stretch
 
-    def _last_chunk_alone(self, stretch: Stretch, pending: int, tail: int, head_blocked: bool,
-                          head_need: int) -> Stretch | None:
-        """`_last_chunk_with_newcomer` where no waiting request joins that step: none has a seat or
-        budget left (`head_blocked` false), or the queue's head finds too few blocks free once
-        the decodes, the last chunk and the watermark took theirs (`head_need` blocks in all), in
-        a stretch of that step alone (where they are counted exactly). The head then waits to
-        the first finish (the blocks free only shrink, and the budget the decodes leave it only
-        grows): the decodes that follow are certain too, as behind any queue. None where the
-        step is not certain that way, or finds too few blocks for the decodes and the chunk (or,
-        for a prompt the step admits, too few to admit it)."""
+    def _last_chunk_alone(self, stretch: Stretch, pending: int, tail: int, prompt_need: int,
+                          head_need: int | None) -> Stretch | None:
+        """`_last_chunk_with_newcomer` where no waiting request joins that step (its prompt takes
+        `prompt_need` new blocks): none has a seat or budget left (`head_need` None), or the
+        queue's head finds too few blocks free once the decodes, the last chunk and the watermark
+        took theirs (`head_need` blocks in all, with its own), in a stretch of that step alone
+        (where they are counted exactly). The head then waits to the first finish (the blocks
+        free only shrink, and the budget the decodes leave it only grows): the decodes that
+        follow are certain too, as behind any queue. None where the step is not certain that
+        way, or finds too few blocks for the decodes and the chunk (or, for a prompt the step
+        admits, too few to admit it)."""
         num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
         firsts, bs, free = stretch.decode_firsts, self.bm.block_size, self.bm.num_free_blocks
-        if head_blocked and (num_steps or decode_blocks_fit(firsts, 1, bs, free - head_need)):
+        if head_need is not None and (num_steps or decode_blocks_fit(firsts, 1, bs, free - head_need)):
             return None  # the head may fit: stepping decides
         # A prompt admitted by the step: only while the watermark stays free.
         reserve = self.num_watermark_blocks() if stretch.admits else 0
-        if not decode_blocks_fit(firsts, num_steps + 1, bs, free - self._prompt_blocks_after(stretch, pending)[0] - reserve):
+        if not decode_blocks_fit(firsts, num_steps + 1, bs, free - prompt_need - reserve):
             return None  # the step preempts, or does not admit the prompt
         stretch.num_steps, stretch.tail, stretch.arrivals_wait = num_steps + 1, tail, True
-        if head_blocked and stretch.steps_to_finish > 1 and prompt.num_target_outputs > prompt.num_outputs + 1:
+        if head_need is not None and stretch.steps_to_finish > 1 and prompt.num_target_outputs > prompt.num_outputs + 1:
             stretch.plan_then = partial(self._decodes_after_prompt, pending=pending, queue=True)
         return stretch
 
