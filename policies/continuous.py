@@ -107,29 +107,24 @@ class ContinuousPolicy(BasePolicy):
         watermark = self.num_watermark_blocks()
         if not self.bm.can_allocate(self._blocks_to_admit(head, prompt), reserve=watermark):
             return None
-        # Under light load the head waits alone (the usual case): no pass for those behind it.
-        behind = self._admitted_beside(head, watermark) if len(self.waiting) > 1 else []
-        num_admitted = 1 + len(behind)
-        others_wait = len(self.waiting) > num_admitted
+        admitted = [head, *self._admitted_beside(head, watermark)]
+        others_wait = len(self.waiting) > len(admitted)
         carry = self._carried(running)
         if carry is None and len(running) > self._num_known_decoding and not self._all_decoding(running):
             return None  # every running request must decode in the steps that follow
         # One step, no decoders in it (none has a step to its first finish).
+        *whole, last = admitted
         stretch = Stretch(num_steps=1, decoders=[], decode_ids=[], decode_firsts=[], decode_context=0,
-                          steps_to_finish=1, newcomer=head, newcomer_chunk=prompt)
-        if behind:  # the last admitted is the newcomer, each before it whole
-            whole = (head, *behind[:-1])
-            stretch.newcomer, stretch.newcomer_chunk = behind[-1], behind[-1].num_tokens
-            stretch.whole_newcomers, stretch.whole_chunks = whole, tuple([request.num_tokens for request in whole])
+                          steps_to_finish=1, newcomer=last, newcomer_chunk=last.num_tokens,
+                          whole_newcomers=tuple(whole), whole_chunks=tuple([request.num_tokens for request in whole]))
         # While others wait, the next step tries to admit the next of them: no decode run is
         # certain after this step, unless the admitted take the last seat; then none is admitted
         # before the first finish, and arrivals wait with them. (Not where one of them finishes
         # at its first output: the next plan has the batch without it.)
-        if head.num_target_outputs > head.num_outputs + 1 and \
-                (not behind or all([request.num_target_outputs > request.num_outputs + 1 for request in behind])):
+        if all([request.num_target_outputs > request.num_outputs + 1 for request in admitted]):
             if not others_wait:
                 stretch.plan_then = partial(self._decodes_after_admission, carry=carry)
-            elif len(running) + num_admitted >= self.options.max_num_seqs:
+            elif len(running) + len(admitted) >= self.options.max_num_seqs:
                 stretch.arrivals_wait = True
                 stretch.plan_then = partial(self._decodes_after_admission, carry=carry, queue=True)
         return stretch
@@ -191,11 +186,9 @@ class ContinuousPolicy(BasePolicy):
         must change it too; tests/test_fast_path.py compares both paths on random workloads."""
         tokens_left = max(self.options.max_num_batched_tokens, head.num_tokens) - head.num_tokens
         seats_left = self.options.max_num_seqs - len(self.running) - 1
+        free = self.bm.num_free_blocks - self._blocks_on_admission(head, head.num_tokens)[0]
         admitted: list[Request] = []
         waiting = self.waiting
-        if tokens_left < waiting[1].num_tokens or seats_left <= 0:
-            return admitted  # most steps under load: no budget or seat for the next
-        free = self.bm.num_free_blocks - self._blocks_on_admission(head, head.num_tokens)[0]
         for index in range(1, len(waiting)):
             following = waiting[index]
             if tokens_left <= 0 or seats_left <= 0 or following.num_tokens > tokens_left or \
@@ -215,7 +208,7 @@ class ContinuousPolicy(BasePolicy):
         first finish (`_decodes_joined`)."""
         running, head = self.running, admission.newcomer
         assert head is not None
-        admitted = (*admission.whole_newcomers, head) if admission.whole_newcomers else (head,)
+        admitted = [*admission.whole_newcomers, head]
         ids = carry.ids if carry is not None else request_ids(running)
         remaining = self._steps_left(running, carry)
         # The running requests did not advance in the admission step.
@@ -228,5 +221,5 @@ class ContinuousPolicy(BasePolicy):
             firsts.append(first)
             remaining.append(request.num_target_outputs - request.num_outputs - 1)  # its output in that step
             contexts.append(request.num_tokens)
-        return self._decodes_joined([*running, *admitted], [*ids, *[request.request_id for request in admitted]],
-                                    firsts, remaining, contexts, num_free, queue)
+        return self._decodes_joined([*running, *admitted], [*ids, *request_ids(admitted)], firsts, remaining,
+                                    contexts, num_free, queue)
