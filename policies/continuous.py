@@ -93,11 +93,10 @@ class ContinuousPolicy(BasePolicy):
         return super()._may_admit_during_stretch(decode_blocks)
 
     def _admission_stretch(self, head: Request) -> Stretch | None:
-        """The step `_admit_whole_prompts` takes when it admits `head` whole (the first admission
-        of a step gets the budget it needs), where a seat and the blocks admission asks for are
-        free, and with it the waiting requests behind it that it admits too (each whole:
-        `Stretch.whole_newcomers`, the last as the newcomer); then, when nothing else waits, the
-        decode-only steps that follow."""
+        """The step `_admit_whole_prompts` takes when it admits `head` alone, whole (the first
+        admission of a step gets the budget it needs), where a seat and the blocks admission
+        asks for are free and the next waiting request, if any, cannot join it; then, when
+        nothing else waits, the decode-only steps that follow."""
         running = self.running
         # The head may be a recompute (prompt and outputs, after a preemption): admitted whole
         # the same way (see `_apply_newcomer`).
@@ -107,24 +106,22 @@ class ContinuousPolicy(BasePolicy):
         watermark = self.num_watermark_blocks()
         if not self.bm.can_allocate(self._blocks_to_admit(head, prompt), reserve=watermark):
             return None
-        admitted = [head, *self._admitted_beside(head, watermark)]
-        others_wait = len(self.waiting) > len(admitted)
+        others_wait = len(self.waiting) > 1
+        if others_wait and self._admits_next_beside(head, watermark):
+            return None  # the step admits more than the head: `schedule` plans it
         carry = self._carried(running)
         if carry is None and len(running) > self._num_known_decoding and not self._all_decoding(running):
             return None  # every running request must decode in the steps that follow
         # One step, no decoders in it (none has a step to its first finish).
-        *whole, last = admitted
         stretch = Stretch(num_steps=1, decoders=[], decode_ids=[], decode_firsts=[], decode_context=0,
-                          steps_to_finish=1, newcomer=last, newcomer_chunk=last.num_tokens,
-                          whole_newcomers=tuple(whole), whole_chunks=tuple([request.num_tokens for request in whole]))
+                          steps_to_finish=1, newcomer=head, newcomer_chunk=prompt)
         # While others wait, the next step tries to admit the next of them: no decode run is
-        # certain after this step, unless the admitted take the last seat; then none is admitted
-        # before the first finish, and arrivals wait with them. (Not where one of them finishes
-        # at its first output: the next plan has the batch without it.)
-        if all([request.num_target_outputs > request.num_outputs + 1 for request in admitted]):
+        # certain after this step, unless the head takes the last seat; then none is admitted
+        # before the first finish, and arrivals wait with them.
+        if head.num_target_outputs > head.num_outputs + 1:
             if not others_wait:
                 stretch.plan_then = partial(self._decodes_after_admission, carry=carry)
-            elif len(running) + len(admitted) >= self.options.max_num_seqs:
+            elif len(running) + 1 >= self.options.max_num_seqs:
                 stretch.arrivals_wait = True
                 stretch.plan_then = partial(self._decodes_after_admission, carry=carry, queue=True)
         return stretch
@@ -178,27 +175,23 @@ class ContinuousPolicy(BasePolicy):
             stretch.plan_then = partial(self._decodes_after_prompt, pending=prompt, queue=queue)
         return stretch
 
-    def _admitted_beside(self, head: Request, watermark: int) -> list[Request]:
-        """The waiting requests behind `head` that the step admitting it (the first admission,
-        given the budget it needs) admits too, in order, as `_admit_whole_prompts` goes on: while
-        a seat and the tokens for the next one's whole prompt are left, and its blocks beside
-        theirs. It repeats their rules (with no prefix cache or host tier): a change to either
-        must change it too; tests/test_fast_path.py compares both paths on random workloads."""
-        tokens_left = max(self.options.max_num_batched_tokens, head.num_tokens) - head.num_tokens
+    def _admits_next_beside(self, head: Request, watermark: int) -> bool:
+        """Whether the step that admits `head` (the first admission, given the budget it
+        needs) also admits the next waiting request, as `_admit_whole_prompts` goes on: a seat
+        and the tokens left for its whole prompt, and its blocks beside the head's. It repeats
+        their rules (with no prefix cache or host tier): a change to either must change it too;
+        tests/test_fast_path.py compares both paths on random workloads."""
+        budget = self.options.max_num_batched_tokens
+        tokens_left = max(budget, head.num_tokens) - head.num_tokens
         seats_left = self.options.max_num_seqs - len(self.running) - 1
-        free = self.bm.num_free_blocks - self._blocks_on_admission(head, head.num_tokens)[0]
-        admitted: list[Request] = []
-        waiting = self.waiting
-        for index in range(1, len(waiting)):
-            following = waiting[index]
-            if tokens_left <= 0 or seats_left <= 0 or following.num_tokens > tokens_left or \
-                    self._blocks_to_admit(following, following.num_tokens) + watermark > free:
-                break
-            admitted.append(following)
-            tokens_left -= following.num_tokens
-            seats_left -= 1
-            free -= self._blocks_on_admission(following, following.num_tokens)[0]
-        return admitted
+        if tokens_left <= 0 or seats_left <= 0:
+            return False
+        following = self.waiting[1]
+        if following.num_tokens > tokens_left:
+            return False
+        head_blocks, _ = self._blocks_on_admission(head, head.num_tokens)
+        need = self._blocks_to_admit(following, following.num_tokens)
+        return need + watermark <= self.bm.num_free_blocks - head_blocks
 
     def _decodes_after_admission(self, admission: Stretch, carry: DecoderCarry | None,
                                  queue: bool = False) -> Stretch | None:
@@ -208,18 +201,13 @@ class ContinuousPolicy(BasePolicy):
         first finish (`_decodes_joined`)."""
         running, head = self.running, admission.newcomer
         assert head is not None
-        admitted = [*admission.whole_newcomers, head]
+        taken, head_first = self._blocks_on_admission(head, head.num_tokens)
         ids = carry.ids if carry is not None else request_ids(running)
         remaining = self._steps_left(running, carry)
+        remaining.append(head.num_target_outputs - head.num_outputs - 1)  # its output in that step
         # The running requests did not advance in the admission step.
         contexts = [request.num_processed for request in running]
-        firsts = self.bm.first_new_block_steps(ids)
-        num_free = self.bm.num_free_blocks
-        for request in admitted:
-            taken, first = self._blocks_on_admission(request, request.num_tokens)
-            num_free -= taken
-            firsts.append(first)
-            remaining.append(request.num_target_outputs - request.num_outputs - 1)  # its output in that step
-            contexts.append(request.num_tokens)
-        return self._decodes_joined([*running, *admitted], [*ids, *request_ids(admitted)], firsts, remaining,
-                                    contexts, num_free, queue)
+        contexts.append(head.num_tokens)
+        return self._decodes_joined([*running, head], [*ids, head.request_id],
+                                    [*self.bm.first_new_block_steps(ids), head_first], remaining, contexts,
+                                    self.bm.num_free_blocks - taken, queue)

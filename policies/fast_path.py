@@ -570,11 +570,10 @@ class StretchMixin:
         """apply_stretch for a step that only admits its newcomer (continuous batching's
         prefill-only step): no decodes, no prompt chunk, nothing for the next plan to carry."""
         done: list[Request] = []
-        newcomer, end = stretch.newcomer, step_ends[-1]
-        assert newcomer is not None
-        for request, chunk in zip(stretch.whole_newcomers, stretch.whole_chunks):
-            self._apply_first_chunk(request, chunk, end, done)
-        still_prefilling = newcomer if self._apply_first_chunk(newcomer, stretch.newcomer_chunk, end, done) else None
+        newcomer = stretch.newcomer
+        assert newcomer is not None and not stretch.whole_newcomers
+        still_prefilling = newcomer if self._apply_first_chunk(newcomer, stretch.newcomer_chunk, step_ends[-1],
+                                                                done) else None
         self.num_steps += len(step_ends)
         self._after_decode_steps()
         self._carry = None

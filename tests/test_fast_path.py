@@ -686,10 +686,9 @@ def test_continuous_runs_admit_the_only_waiting_request(monkeypatch, opts, cost_
     assert steps["num_prefill_tokens"].tolist().count(0) == len(steps) - 4
 
 
-def test_continuous_admission_runs_admit_queues_and_recomputes(monkeypatch):
-    """An admission run admits every waiting request the step admits (two that arrived
-    together; a preempted request's recompute, whole, with the request behind it), none where
-    the head has no seat or blocks; the results equal stepping's."""
+def test_continuous_admission_runs_leave_queues_and_recomputes_to_stepping(monkeypatch):
+    """No admission run where two requests wait (the step could admit both), where the head has
+    no seat or blocks, or for a preempted request's recompute; the results still equal stepping's."""
     from backends.base import CostContext
     from backends.roofline import make_roofline
     from simcore.presets import get_model
@@ -701,10 +700,9 @@ def test_continuous_admission_runs_admit_queues_and_recomputes(monkeypatch):
     requests = [req(0, 0.0, 12, 30), req(1, 0.0, 12, 30), req(2, 0.5, 40, 60), req(3, 0.6, 40, 60),
                 req(4, 0.65, 8, 5)]
     _, steps = _both_paths_equal(requests, "continuous", cost, num_blocks=40, block_size=4, max_num_seqs=2)
-    admitted = [([r.request_id for r in stretch.whole_newcomers], stretch.newcomer.request_id)
-                for stretch, _ in applied if stretch.newcomer is not None]
-    # 0 and 1 are admitted together; 3's recompute and 4 wait together, and are admitted so.
-    assert admitted == [([0], 1), ([], 2), ([], 3), ([3], 4)]
+    admitted = [stretch.newcomer.request_id for stretch, _ in applied if stretch.newcomer is not None]
+    # 0 and 1 are admitted together by a scheduled step; 3's recompute and 4 wait together.
+    assert admitted == [2, 3]
     assert steps["num_preempted"].sum() > 0
 
 
@@ -714,7 +712,7 @@ def test_continuous_admission_runs_admit_the_head_alone_while_others_wait(monkey
     the budget leaves, a seat or blocks beside the head's), that step is a run of its own, with
     no decode steps after it (the next step tries the queue again), unless the head took the
     last seat: then the decodes up to the first finish follow it, arrivals waiting. Results equal
-    stepping's. Where the next fits too, the run admits it as well (tested above and below)."""
+    stepping's. Where the next fits too, `schedule` plans the step (tested above)."""
     from backends.base import CostContext
     from backends.roofline import make_roofline
     from simcore.presets import get_model
@@ -997,34 +995,3 @@ def test_the_last_chunks_step_with_a_queue_that_cannot_join_it(monkeypatch, opts
     assert any(then for _, then in alone)
     assert any(not then for _, then in alone)
     assert any(steps > 1 for steps, _ in alone)
-
-
-@pytest.mark.parametrize("opts", [{}, {"admission": "reserve"}, {"admission": "watermark", "watermark": 0.1},
-                                  {"mixed": True}])
-def test_continuous_admission_runs_admit_every_request_the_step_admits(monkeypatch, opts):
-    """Requests arrive in bursts: the prefill-only step admits the queue's head and those behind
-    it while seats, tokens for their whole prompts and blocks are left (the last one admitted
-    is the stretch's newcomer, the others its whole newcomers); where none is left waiting,
-    the decodes after that step follow in the same run with all of them in the batch. (With
-    mixed steps, only where nothing runs.) Results equal stepping's."""
-    from backends.base import CostContext
-    from backends.roofline import make_roofline
-    from simcore.presets import get_model
-
-    admitted = []  # (requests admitted, whether decodes follow) of each admission step
-    from policies.fast_path import StretchMixin
-
-    original = StretchMixin.apply_stretch
-
-    def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
-        if stretch.newcomer is not None and stretch.prefill is None:
-            admitted.append((1 + len(stretch.whole_newcomers), stretch.then is not None))
-        return original(self, stretch, step_ends)
-
-    monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
-    cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
-    rng = random.Random(4)
-    requests = [req(i, 0.4 * (i // 4), rng.randint(5, 40), rng.randint(2, 30)) for i in range(24)]
-    _both_paths_equal(requests, "continuous", cost, num_blocks=120, block_size=4, max_num_seqs=16,
-                      max_num_batched_tokens=96, **opts)
-    assert any(count > 1 and then for count, then in admitted)
