@@ -403,7 +403,7 @@ class ProfiledCostModel:
         row["num_decode_tokens"] = float(n)
         row["num_selecting"] = float(shape.num_selecting)
         fresh = shape.new_chunk  # a new prompt's chunk on no context (one-step runs only)
-        row["num_prefill_tokens"] = float(q + sum(shape.new_whole) + fresh)
+        row["num_prefill_tokens"] = float(q + shape.new_positions)
         # In the plan's order: the chunk, the prompts admitted whole, the new prompt's chunk.
         causal = q * (q + 1) / 2
         for whole in shape.new_whole:

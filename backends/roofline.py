@@ -197,16 +197,13 @@ class RooflineCostModel:
         fixed_by_shape = self._fixed_by_shape
         for num_steps, shape in pieces:
             # Unpacked at once: a piece's fields cost one instruction, not one lookup each.
-            n, decode_context, q, prefill_context, chunk_selects, fresh, new_selects, whole = shape
+            n, decode_context, q, prefill_context, chunk_selects, fresh, new_selects, _ = shape
             # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A
             # new prompt's chunk (one-step runs only) adds q^2 on no context, as does each prompt
             # admitted whole beside it.
             if q or fresh or chunk_selects or new_selects:
-                if whole:
-                    fresh_work, fresh_positions = fresh * fresh + sum([w * w for w in whole]), fresh + sum(whole)
-                else:
-                    fresh_work, fresh_positions = fresh * fresh, fresh
-                attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh_work
+                fresh_positions = shape.new_positions
+                attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + shape.new_attention_work
                 attn_step = 2 * n + 2 * q * q
                 kv_positions = decode_context + prefill_context + n + q + fresh_positions
                 kv_step = n + q

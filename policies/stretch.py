@@ -117,7 +117,7 @@ class Stretch:
     @property
     def newcomer_positions(self) -> int:
         """Positions of the prompts the newcomer's step admits (its chunk and the whole ones)."""
-        return self.newcomer_chunk + sum(self.whole_chunks) if self.whole_chunks else self.newcomer_chunk
+        return self.newcomer_chunk + sum(self.whole_chunks)
 
     @property
     def num_newcomers(self) -> int:
@@ -305,12 +305,12 @@ def run_aggregates(shape: RunShape, num_steps: int) -> tuple:
     """Per-step aggregates of `num_steps` steps of one shape, for a cost model that prices them
     in bulk: tokens, sequences, selecting positions (the same each step), attention work
     sum q (2c + q) and KV positions touched (context + new) (arrays)."""
-    n, q, fresh, whole = shape.num_decodes, shape.chunk, shape.new_chunk, shape.new_whole
+    n, q = shape.num_decodes, shape.chunk
     j = np.arange(num_steps, dtype=np.int64)
     decode_context = shape.decode_context + j * n
     prefill_context = shape.prefill_context + j * q
-    num_tokens = n + q + fresh + sum(whole)
-    # Decodes: sum (2c + 1); the chunk: q (2c + q); a new prompt's chunk: q^2.
-    attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh * fresh + sum([w * w for w in whole])
+    num_tokens = n + q + shape.new_positions
+    # Decodes: sum (2c + 1); the chunk: q (2c + q); new prompts' chunks: q^2 each.
+    attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + shape.new_attention_work
     kv_positions = decode_context + prefill_context + num_tokens
     return num_tokens, shape.num_seqs, shape.num_selecting, attn_work, kv_positions

@@ -71,6 +71,16 @@ class RunShape(NamedTuple):
     def num_selecting(self) -> int:
         return self.num_decodes + (1 if self.chunk_selects else 0) + (1 if self.new_selects else 0) + len(self.new_whole)
 
+    @property
+    def new_positions(self) -> int:
+        """Positions of the newly admitted prompts (the new chunk and the whole ones)."""
+        return self.new_chunk + sum(self.new_whole)
+
+    @property
+    def new_attention_work(self) -> int:
+        """Their attention work, sum q (2c + q) on no context: the sum of their squares."""
+        return self.new_chunk * self.new_chunk + sum([q * q for q in self.new_whole])
+
 
 @dataclass(frozen=True, slots=True)
 class DecodeGroup:

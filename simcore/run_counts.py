@@ -35,8 +35,8 @@ class RunCounts:
     completes: bool = False  # the last step completes the prompt (it selects a token)
     # Prompts the last step admits with their first chunks (one more sequence each), and of
     # those, the ones whose chunk is the whole prompt (their first outputs: one more selecting).
-    newcomer: int = 0
-    newcomer_selects: int = 0
+    num_newcomers: int = 0
+    num_newcomers_selecting: int = 0
     # Where the chunk is the budget left beside the decoders: the most it may grow to as they
     # leave (a step with d decoders takes min(chunk_cap, chunk + len(firsts) - d)); 0: fixed.
     chunk_cap: int = 0
@@ -53,9 +53,9 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     # are about twice as fast as through an attrgetter).
     num_runs = len(runs)
     rows = [(run.num_steps, run.chunk, run.prompt_first, run.blocks, run.running, run.resident, run.completes,
-             run.has_prompt, run.newcomer, run.newcomer_selects, run.chunk_cap) for run in runs]
-    (lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt, newcomer,
-     newcomer_selects, chunk_cap) = np.fromiter(chain.from_iterable(rows), np.int64,
+             run.has_prompt, run.num_newcomers, run.num_newcomers_selecting, run.chunk_cap) for run in runs]
+    (lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt, newcomers,
+     newcomers_selecting, chunk_cap) = np.fromiter(chain.from_iterable(rows), np.int64,
                                      count=len(rows[0]) * num_runs).reshape(num_runs, len(rows[0])).T
     firsts_by_run = [run.firsts for run in runs]
     num_decoders = np.fromiter(map(len, firsts_by_run), np.int64, count=num_runs)
@@ -115,9 +115,9 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     resident = per_row(resident_before) + tokens + _cumsum_within(token_delta, starts, lengths)
     running[last_rows], blocks[last_rows], resident[last_rows] = last_running, last_blocks, last_resident
     selected = decoders.copy()
-    selected[last_rows] += completes + newcomer_selects
+    selected[last_rows] += completes + newcomers_selecting
     seqs = decoders + per_row(has_prompt)
-    seqs[last_rows] += newcomer
+    seqs[last_rows] += newcomers
     return {"num_decode_tokens": decoders, "num_seqs": seqs, "num_selected": selected,
             "num_running": running, "kv_blocks_used": blocks, "resident_tokens": resident}
 

@@ -19,12 +19,13 @@ def runs(draw, block_size: int) -> RunCounts:
         leaving = draw(st.lists(st.integers(0, len(firsts) - 1), unique=True, max_size=len(firsts)))
         departures = sorted((draw(st.integers(1, num_steps - 1)), index, draw(st.integers(0, 500)),
                              draw(st.integers(0, 9))) for index in leaving)
-    newcomer = draw(st.booleans())
+    num_newcomers = draw(st.integers(0, 3))
     chunk_cap = chunk + draw(st.integers(0, 6)) if chunk and departures and draw(st.booleans()) else 0
     return RunCounts(num_steps, block_size, draw(st.integers(len(firsts), 60)), draw(st.integers(0, 900)),
                      draw(st.integers(0, 9000)), firsts, departures, chunk,
                      draw(st.integers(1, 3 * block_size)) if chunk else 0, draw(st.booleans()), draw(st.booleans()),
-                     newcomer=newcomer, newcomer_selects=newcomer and draw(st.booleans()), chunk_cap=chunk_cap,
+                     num_newcomers=num_newcomers, num_newcomers_selecting=draw(st.integers(0, num_newcomers)),
+                     chunk_cap=chunk_cap,
                      last=(draw(st.integers(0, 99)), draw(st.integers(0, 999)), draw(st.integers(0, 9999))))
 
 
@@ -42,8 +43,8 @@ def _one_step_at_a_time(run: RunCounts) -> dict[str, list[int]]:
             q = min(run.chunk_cap, run.chunk + len(run.firsts) - len(active))
         last = step == run.num_steps
         out["num_decode_tokens"].append(len(active))
-        out["num_seqs"].append(len(active) + run.has_prompt + (run.newcomer and last))
-        out["num_selected"].append(len(active) + (run.completes and last) + (run.newcomer_selects and last))
+        out["num_seqs"].append(len(active) + run.has_prompt + (run.num_newcomers if last else 0))
+        out["num_selected"].append(len(active) + (run.completes and last) + (run.num_newcomers_selecting if last else 0))
         for i in active:
             if step >= run.firsts[i] and (step - run.firsts[i]) % bs == 0:
                 taken[i] += 1
