@@ -13,9 +13,10 @@ so that a change to the fast path can be aimed at the parts that cost.
 Kinds: `P` a prompt's chunks (`a`: the part admits it; `T`: its last chunk is in the part; `Nw`:
 its last step admits the next request), `Nw` alone a step that only admits (continuous
 batching), `D` decodes only; `r` runs past finishes, `v` preempts first, `R` a readmission
-cycle; then `1`, `2` or `+` (three steps or more). The times come from wrapping those two
-methods (a microsecond or so each), in this process: read them side by side, not as the run's
-wall time (`sim_speed.py`).
+cycle; then `1`, `2` or `+` (three steps or more); `&` joins a part and the one after it that
+are applied as one (`apply_joined`: a prompt's last chunk, then its decodes). The times come
+from wrapping those methods (a microsecond or so each), in this process: read them side by side,
+not as the run's wall time (`sim_speed.py`).
 """
 
 from __future__ import annotations
@@ -56,16 +57,26 @@ def survey(size: int, policy: str) -> dict:
 
     by_kind: dict[str, Counter] = {}
     planned = Counter()
-    apply_stretch, next_part = StretchMixin.apply_stretch, Stretch.next_part
+    apply_stretch, apply_joined, next_part = StretchMixin.apply_stretch, StretchMixin.apply_joined, Stretch.next_part
+
+    def tally(kind: str, num_decoders: int, num_steps: int, started: float) -> None:
+        row = by_kind.setdefault(kind, Counter())
+        row["parts"] += 1
+        row["decoders"] += num_decoders
+        row["steps"] += num_steps
+        row["seconds"] += time.perf_counter() - started
 
     def timed_apply(self, part, step_ends):  # noqa: ANN001, ANN202
         started = time.perf_counter()
         done = apply_stretch(self, part, step_ends)
-        row = by_kind.setdefault(part_kind(part, len(step_ends)), Counter())
-        row["parts"] += 1
-        row["decoders"] += len(part.decoders)
-        row["steps"] += len(step_ends)
-        row["seconds"] += time.perf_counter() - started
+        tally(part_kind(part, len(step_ends)), len(part.decoders), len(step_ends), started)
+        return done
+
+    def timed_joined(self, part, then, step_ends):  # noqa: ANN001, ANN202
+        started = time.perf_counter()
+        done = apply_joined(self, part, then, step_ends)
+        kind = f"{part_kind(part, part.num_steps)}&{part_kind(then, len(step_ends) - part.num_steps)}"
+        tally(kind, len(then.decoders), len(step_ends), started)
         return done
 
     def timed_next_part(self):  # noqa: ANN001, ANN202
@@ -78,13 +89,15 @@ def survey(size: int, policy: str) -> dict:
         planned["parts"] += part is not None
         return part
 
-    StretchMixin.apply_stretch, Stretch.next_part = timed_apply, timed_next_part
+    StretchMixin.apply_stretch, StretchMixin.apply_joined = timed_apply, timed_joined
+    Stretch.next_part = timed_next_part
     try:
         exp = parse_experiment(experiment(size, policy), source=None)
         with tempfile.TemporaryDirectory() as tmp:
             run = run_experiment(exp, source=None, out_dir=Path(tmp))
     finally:
-        StretchMixin.apply_stretch, Stretch.next_part = apply_stretch, next_part
+        StretchMixin.apply_stretch, StretchMixin.apply_joined = apply_stretch, apply_joined
+        Stretch.next_part = next_part
     (only,) = run.runs
     return {"policy": policy, "events": only.result.num_events, "steps": len(only.result.steps),
             "by_kind": by_kind, "next_part": planned}

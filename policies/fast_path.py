@@ -13,7 +13,7 @@ from operator import sub
 from typing import Any
 
 from policies.stretch import DecoderCarry, Stretch
-from simcore.decode_blocks import after_storing, after_storing_each, max_steps_within
+from simcore.decode_blocks import after_storing, after_storing_each, blocks_taken_by, max_steps_within
 from simcore.request import Request
 from simcore.run_counts import RunCounts
 
@@ -343,8 +343,15 @@ class StretchMixin:
         firsts.append(prompt_first)
         remaining.append(prompt.num_target_outputs - prompt.num_outputs - 1)  # its output in the tail's step
         contexts.append(prompt.num_processed + pending)
-        return self._decodes_joined([*decoders, prompt], [*ids, prompt.request_id], firsts, remaining,
+        then = self._decodes_joined([*decoders, prompt], [*ids, prompt.request_id], firsts, remaining,
                                     contexts, self.bm.num_free_blocks - taken, queue)
+        if then is not None:
+            # Every decoder of the stretch goes on (none finished in it), the prompt after them,
+            # and its first output was a first token: `apply_joined` can take both at once.
+            then.joins = stretch.steps_to_finish > num_steps and stretch.remaining is None and \
+                prompt.num_outputs == 0 and stretch.newcomer is None and not stretch.victims and \
+                not stretch.readmits and not (self._preempted_at and prompt.request_id in self._preempted_at)
+        return then
 
     def _decodes_joined(self, decoders: list[Request], ids: list[int], firsts: list[int], remaining: list[int],
                         contexts: list[int], num_free: int, queue: bool = False) -> Stretch | None:
@@ -461,15 +468,7 @@ class StretchMixin:
                 self.itl.add(first - carry.last_token_s, len(running))
             else:
                 self._add_first_gaps(running, first)
-            gaps = list(map(sub, times[1:], times[:-1]))
-            if departures:
-                counts = _decoders_per_gap(stretch, num_steps)
-                if not counts[-1]:  # a prompt's chunks went on after every decoder finished
-                    none_left = counts.index(0)
-                    del gaps[none_left:], counts[none_left:]
-                self.itl.add_weighted(gaps, counts)
-            elif gaps:  # none in a run of one step
-                self.itl.add_run(gaps, len(running))
+            self._add_later_gaps(stretch, times, departures)
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
         # The blocks it is grown for the steps it does not take go back with the rest when it
         # finishes (departures happen only where blocks are counts), and the plan counted them.
@@ -538,6 +537,103 @@ class StretchMixin:
             carry.last_token_s = last
         self._carry = carry
         return self._retire(done, still_prefilling)
+
+    def _add_later_gaps(self, stretch: Stretch, times: list[float], departures: bool) -> None:
+        """The decoders' gaps between the successive steps of a run of `stretch` (their output
+        times, with delivery), where some finish before its last (`departures`) or none do."""
+        gaps = list(map(sub, times[1:], times[:-1]))
+        if departures:
+            counts = _decoders_per_gap(stretch, len(times))
+            if not counts[-1]:  # a prompt's chunks went on after every decoder finished
+                none_left = counts.index(0)
+                del gaps[none_left:], counts[none_left:]
+            self.itl.add_weighted(gaps, counts)
+        elif gaps:  # none in a run of one step
+            self.itl.add_run(gaps, len(stretch.decoders))
+
+    def apply_joined(self, stretch: Stretch, then: Stretch, step_ends: list[float]) -> list[Request]:
+        """`apply_stretch` for a stretch whose last step completes its prompt and some steps of
+        the decodes after it (`then`, which `joins` it), with what both would do, in one pass
+        over the decoders: `len(step_ends)` steps, more than the stretch's own. Returns the
+        finished requests."""
+        num_first, num_steps = stretch.num_steps, len(step_ends)
+        num_then = num_steps - num_first
+        decoders, prompt = stretch.decoders, stretch.prefill
+        assert then.joins and num_then > 0 and prompt is not None and then.decoders[-1] is prompt
+        delivery = self.options.delivery_s
+        times = [end + delivery for end in step_ends] if delivery else step_ends
+        last = times[-1]
+        # The gaps in the order the two parts add them: the decoders' over the stretch, then,
+        # at the step after the prompt's first output, theirs and its own (all alike: each
+        # output in the stretch's last step), then the decodes'.
+        if decoders:
+            carry = self._carry
+            if carry is not None and carry.last_token_s is not None and self._carried(decoders) is carry:
+                self.itl.add(times[0] - carry.last_token_s, len(decoders))
+            else:
+                self._add_first_gaps(decoders, times[0])
+            self._add_later_gaps(stretch, times[:num_first], False)
+            self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, (prompt.request_id,))
+            for request in decoders:  # no prefix cache where stretches have prompts
+                request.num_processed += num_steps
+                request.num_outputs += num_steps
+                request.last_token_s = last
+        positions = stretch.prompt_positions(num_first)
+        self.bm.append(prompt.request_id, positions + num_then)
+        prompt.num_processed += positions
+        gaps: list[float] = []
+        self._select_output(prompt, step_ends[num_first - 1], gaps)
+        if gaps:
+            self.itl.add_gaps(gaps)
+        prompt.num_processed += num_then
+        prompt.num_outputs += num_then
+        prompt.last_token_s = last
+        self.num_resident_tokens += num_steps * len(decoders) + positions + num_then
+        self.itl.add(times[num_first] - times[num_first - 1], len(then.decoders))
+        departures = then.has_departures(num_then)
+        self._add_later_gaps(then, times[num_first:], departures)
+        if departures:
+            done = self._settle_departures(then, times[num_first:])
+        elif num_then >= then.steps_to_finish:
+            done = [request for request in then.decoders if request.num_outputs >= request._num_target]
+        else:
+            done = []
+        self.num_steps += num_steps
+        self._after_decode_steps()
+        if done:
+            carry = self._survivors_after(then, num_then, False, len(done))
+        else:
+            carry = self._decoders_after(then, num_then, False)
+        if carry is not None:
+            carry.last_token_s = last
+        self._carry = carry
+        return self._retire(done, None)
+
+    def joined_run_counts(self, stretch: Stretch, then: Stretch, num_then: int) -> tuple[RunCounts, RunCounts]:
+        """`stretch_run_counts` for `apply_joined`'s steps: the stretch's, whose state after its
+        last step is worked out here (its decoders' new blocks and its prompt's), and the first
+        `num_then` of `then`, from that state."""
+        num_first, bm = stretch.num_steps, self.bm
+        prompt = stretch.prefill
+        assert prompt is not None
+        first = self.stretch_run_counts(stretch, num_first)
+        positions = stretch.prompt_positions(num_first)
+        prompt_blocks = bm.num_new_blocks_needed(prompt.request_id, positions)
+        bs, firsts = bm.block_size, stretch.decode_firsts
+        first.last = (first.running, first.blocks + blocks_taken_by(firsts, num_first, bs) + prompt_blocks,
+                      first.resident + num_first * len(firsts) + positions)
+        departures = []
+        if then.has_departures(num_then):
+            # Blocks each one that leaves holds when `then` starts: before the stretch, and those
+            # it took in the stretch's steps.
+            held, ids, num_decoders = bm.num_table_blocks, then.decode_ids, len(firsts)
+            for finish_step, index, context in then.departures():
+                if finish_step >= num_then:
+                    break
+                taken = after_storing(firsts[index], num_first, bs)[0] if index < num_decoders else prompt_blocks
+                departures.append((finish_step, index, context, held[ids[index]] + taken))
+        return first, RunCounts(num_then, bs, first.running, first.last[1], first.last[2], then.decode_firsts,
+                                departures)
 
     def _add_first_gaps(self, decoders: list[Request], first: float) -> None:
         """The gaps before the outputs of a run's first step (ending at `first`), read from the

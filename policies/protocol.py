@@ -48,6 +48,14 @@ class Policy(Protocol):
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete a stretch's first len(step_ends) steps at once; return requests that finished."""
 
+    def joined_run_counts(self, stretch: Stretch, then: Stretch, num_then: int) -> tuple[RunCounts, RunCounts]:
+        """stretch_run_counts for a stretch and the first `num_then` steps of the one that joins
+        it (`Stretch.joins`), applied together (`apply_joined`)."""
+
+    def apply_joined(self, stretch: Stretch, then: Stretch, step_ends: list[float]) -> list[Request]:
+        """apply_stretch for a stretch and the steps of the one that joins it that follow it,
+        len(step_ends) in all (more than the stretch's); return requests that finished."""
+
     def drain_unfinished(self) -> list[Request]:
         """A time horizon ended the run: everything still queued or running, marked unfinished."""
 

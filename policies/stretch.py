@@ -12,7 +12,8 @@ short of blocks, a stretch of one step, may preempt the newest running requests 
 unless it can only join the queue (`arrivals_wait`). Decoders may finish: in the stretch's
 last step, or, when the stretch runs past finishes (`remaining` is given), in any step, after
 which the batch goes on without them. A stretch may be followed by another (`then`): the
-engine takes them as one run.
+engine takes them as one run, and applies the decodes that follow a prompt's last chunk together
+with the steps before them where it can (`joins`).
 """
 
 from __future__ import annotations
@@ -104,6 +105,12 @@ class Stretch:
     # admits it (`admits`), or preempts it first (`victims`: it alone, then running). Every
     # decoder decodes in every step and none finishes.
     readmits: tuple[int, ...] = ()
+    # Whether the engine may apply this stretch and the one before it as one (`apply_joined`):
+    # this is the decode-only stretch that follows a prompt's last chunk (`then`), its decoders
+    # that part's, none of which finished in it, and then that prompt, whose first output was
+    # its first token (no recompute, nothing preempted). A run's second part costs about as
+    # much again as its first, mostly in passes over the decoders that one pass does for both.
+    joins: bool = False
     # Departures in finish order, worked out when first needed (see `departures`), and the
     # stretch length they cover.
     _sorted: list[tuple[int, int, int]] | None = None

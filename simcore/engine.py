@@ -287,6 +287,8 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
                 late = [len(joined) - bisect_right(joined, at) for at in starts]
         if len(parts) == 1:  # nothing to cut out
             apply_part(parts[0], starts, ends, taken, late)
+        elif len(parts) == 2 and parts[1].joins and num_steps > parts[0].num_steps:
+            apply_joined(parts[0], parts[1], starts, ends, taken, late)
         else:
             offset = 0
             for part in parts:
@@ -351,6 +353,37 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
             range(first_step, first_step + num_steps), starts, taken, 0, _prompt_tokens(part, num_steps, completes),
             0, 0, 0, waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
         ), counts)
+
+    def apply_joined(part, then, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
+                     late: list[int] | None) -> None:
+        """apply_part for a stretch and some steps of the one that joins it (`Stretch.joins`),
+        applied at once: their records as two runs, the first one's state after its last step
+        worked out by the policy."""
+        num_steps, num_first = len(ends), part.num_steps
+        policy.begin_stretch(part, starts[0])
+        num_waiting_before = len(policy.waiting)
+        shared_before = policy.bm.num_shared_blocks
+        first_step = policy.num_steps
+        counts, then_counts = policy.joined_run_counts(part, then, num_steps - num_first)
+        release_turns(policy.apply_joined(part, then, ends), ends[-1])
+        num_running, num_waiting, num_swapped, blocks_used, blocks_shared, host_used, resident = state_after()
+        then_counts.last = (num_running, blocks_used, resident)
+        # Neither part changes the queue (the first one's admission came before it is read).
+        waiting: tuple[int, int] | list[int] = (num_waiting_before, num_waiting)
+        if late is not None:
+            waiting = [num_waiting_before - count for count in late]
+            waiting[-1] = num_waiting - late[-1]
+        log.add_run(num_first, (
+            range(first_step, first_step + num_first), starts[:num_first], taken[:num_first], 0,
+            _prompt_tokens(part, num_first, True), 0, 0, 0,
+            waiting[:num_first] if late is not None else num_waiting_before, num_swapped, 0, shared_before,
+            host_used, 0, 0, 0, 0, 0,
+        ), counts)
+        log.add_run(num_steps - num_first, (
+            range(first_step + num_first, first_step + num_steps), starts[num_first:], taken[num_first:], 0, 0,
+            0, 0, 0, waiting[num_first:] if late is not None else waiting, num_swapped, 0,
+            (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
+        ), then_counts)
 
     def apply_readmits(part, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
                        late: list[int] | None) -> None:

@@ -257,14 +257,23 @@ def _spy_parts(monkeypatch, *, ends: bool = False, when=None):  # noqa: ANN001
     from policies.fast_path import StretchMixin
 
     applied = []
-    original = StretchMixin.apply_stretch
+    original, original_joined = StretchMixin.apply_stretch, StretchMixin.apply_joined
 
     def spy(self, stretch, step_ends):  # noqa: ANN001, ANN202
         if when is None or when(self):
             applied.append((stretch, list(step_ends) if ends else len(step_ends)))
         return original(self, stretch, step_ends)
 
+    def spy_joined(self, stretch, then, step_ends):  # noqa: ANN001, ANN202
+        # Both parts, each with its steps, as if applied one after the other.
+        if when is None or when(self):
+            first, rest = step_ends[:stretch.num_steps], step_ends[stretch.num_steps:]
+            applied.append((stretch, list(first) if ends else len(first)))
+            applied.append((then, list(rest) if ends else len(rest)))
+        return original_joined(self, stretch, then, step_ends)
+
     monkeypatch.setattr(StretchMixin, "apply_stretch", spy)
+    monkeypatch.setattr(StretchMixin, "apply_joined", spy_joined)
     return applied
 
 
@@ -995,3 +1004,42 @@ def test_the_last_chunks_step_with_a_queue_that_cannot_join_it(monkeypatch, opts
     assert any(then for _, then in alone)
     assert any(not then for _, then in alone)
     assert any(steps > 1 for steps, _ in alone)
+
+
+def test_a_prompts_last_chunk_and_the_decodes_after_it_applied_as_one(monkeypatch):
+    """A run whose first part completes a prompt and whose second decodes it beside the same
+    decoders (`Stretch.joins`) is applied in one pass (`apply_joined`): with one chunk step or
+    several before the decodes, one decode step or several, no decoders beside the prompt,
+    decoders and the prompt finishing within the decodes or at their last step, behind a queue,
+    admitted by the run, under chunked prefill and mixed continuous batching. The request and
+    step tables and the gaps equal stepping's."""
+    from policies.fast_path import StretchMixin
+
+    seen = set()
+    original = StretchMixin.apply_joined
+
+    def spy(self, stretch, then, step_ends):  # noqa: ANN001, ANN202
+        first, rest = stretch.num_steps, len(step_ends) - stretch.num_steps
+        seen.update({"one chunk step" if first == 1 else "chunk steps", "one decode step" if rest == 1 else
+                     "decode steps", "decoders" if stretch.decoders else "no decoders"})
+        seen.update({"behind a queue"} if stretch.arrivals_wait else set())
+        seen.update({"admitted"} if stretch.admits else set())
+        if then.has_departures(rest):
+            leaving = [index for step, index, _ in then.departures() if step < rest]
+            seen.update({"the prompt finishes" if len(then.decoders) - 1 in leaving else "decoders finish"})
+        elif rest >= then.steps_to_finish:
+            seen.add("finish in the last step")
+        return original(self, stretch, then, step_ends)
+
+    monkeypatch.setattr(StretchMixin, "apply_joined", spy)
+    cost = ConstantCostModel(step_s=0.01, per_token_s=1e-4)
+    for seed in (0, 2):
+        _both_paths_equal(workload(seed, content=False), "chunked_prefill", cost, num_blocks=200, block_size=4,
+                          max_num_seqs=8, max_num_batched_tokens=64, chunk_size=16)
+    expected = {"one chunk step", "chunk steps", "one decode step", "decode steps", "decoders", "no decoders",
+                "behind a queue", "admitted", "the prompt finishes", "decoders finish", "finish in the last step"}
+    assert seen == expected
+    seen.clear()
+    _both_paths_equal(workload(1, content=False), "continuous", cost, num_blocks=200, block_size=4, max_num_seqs=8,
+                      max_num_batched_tokens=96, mixed=True)
+    assert {"one chunk step", "decode steps", "admitted", "the prompt finishes"} <= seen
