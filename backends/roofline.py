@@ -197,18 +197,27 @@ class RooflineCostModel:
         fixed_by_shape = self._fixed_by_shape
         for num_steps, shape in pieces:
             # Unpacked at once: a piece's fields cost one instruction, not one lookup each.
-            n, decode_context, q, prefill_context, chunk_selects, fresh, new_selects, _ = shape
+            n, decode_context, q, prefill_context, chunk_selects, fresh, new_selects, whole = shape
             # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A
             # new prompt's chunk (one-step runs only) adds q^2 on no context, as does each prompt
             # admitted whole beside it.
             if q or fresh or chunk_selects or new_selects:
-                fresh_positions = shape.new_positions
-                attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + shape.new_attention_work
+                # RunShape's new_positions, new_attention_work, num_seqs and num_selecting, from
+                # the fields at hand: four property calls cost more than the piece's other sums.
+                num_seqs = n + (1 if q else 0) + (1 if fresh else 0)
+                num_selecting = n + (1 if chunk_selects else 0) + (1 if new_selects else 0)
+                if whole:  # prompts admitted whole come with a newcomer only: rare
+                    fresh_positions, fresh_work = shape.new_positions, shape.new_attention_work
+                    num_seqs += len(whole)
+                    num_selecting += len(whole)
+                else:
+                    fresh_positions, fresh_work = fresh, fresh * fresh
+                attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh_work
                 attn_step = 2 * n + 2 * q * q
                 kv_positions = decode_context + prefill_context + n + q + fresh_positions
                 kv_step = n + q
                 # The fixed terms from the cache, as for decodes, without the call that fills it.
-                key = (n + q + fresh_positions, shape.num_seqs, shape.num_selecting)
+                key = (n + q + fresh_positions, num_seqs, num_selecting)
                 dense, comm, overhead = fixed_by_shape.get(key) or self._fixed_parts(*key)
             else:  # decodes only (most pieces: a span between finishes), the same sums
                 attn_work, attn_step = 2 * decode_context + n, 2 * n

@@ -462,22 +462,20 @@ class StretchMixin:
         first, last = times[0], times[-1]
         departures = stretch.has_departures(num_steps)
         if running:
-            carry = self._carry
-            if carry is not None and carry.last_token_s is not None and self._carried(running) is carry:
-                # What the last run left, each with its output in that run's last step: one gap.
-                self.itl.add(first - carry.last_token_s, len(running))
-            else:
-                self._add_first_gaps(running, first)
+            self._add_run_first_gaps(running, first)
             self._add_later_gaps(stretch, times, departures)
         # Every decoder is advanced all the steps; one that finishes earlier is set back below.
         # The blocks it is grown for the steps it does not take go back with the rest when it
         # finishes (departures happen only where blocks are counts), and the plan counted them.
         prefill = stretch.prefill
         if running:  # a step that admits a request alone decodes none
-            # The prompt holds blocks and does not decode (a newcomer that the first step
-            # admitted does not either: the block counter then finds the batch incomplete).
-            self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts,
-                                        (prefill.request_id,) if prefill is not None else ())
+            # The prompt holds blocks and does not decode, nor do the newcomers that the first
+            # step admitted (the block counter then advances the whole batch at once).
+            others = () if prefill is None else (prefill.request_id,)
+            if stretch.newcomer is not None and stretch.num_steps == 1:  # as begin_stretch admits them
+                others = (*others, *[request.request_id for request in stretch.whole_newcomers],
+                          stretch.newcomer.request_id)
+            self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, others)
         if self.bm.enable_prefix_caching:
             for request in running:
                 before = request.num_processed
@@ -528,15 +526,31 @@ class StretchMixin:
         # A request that decodes from this run's end on without being among its decoders (a
         # newcomer whose whole prompt ran) is not in the carry: none then.
         if newcomer is not None and (still_prefilling is not newcomer or stretch.whole_newcomers):
-            carry = None
-        elif done:
+            self._carry = None
+        else:
+            self._leave_carry(stretch, num_steps, completes, done, last)
+        return self._retire(done, still_prefilling)
+
+    def _leave_carry(self, stretch: Stretch, num_steps: int, completes: bool, done: list[Request],
+                     last: float) -> None:
+        """What the first `num_steps` steps of `stretch` (its prompt completed, where `completes`;
+        `done` finished) leave for the next plan (see `DecoderCarry`)."""
+        if done:
             carry = self._survivors_after(stretch, num_steps, completes, len(done))
         else:
             carry = self._decoders_after(stretch, num_steps, completes)
         if carry is not None:  # its decoders decoded in the last step, and a completed prompt selected there
             carry.last_token_s = last
         self._carry = carry
-        return self._retire(done, still_prefilling)
+
+    def _add_run_first_gaps(self, decoders: list[Request], first: float) -> None:
+        """The gaps before the decoders' outputs in a run's first step (ending at `first`)."""
+        carry = self._carry
+        if carry is not None and carry.last_token_s is not None and self._carried(decoders) is carry:
+            # What the last run left, each with its output in that run's last step: one gap.
+            self.itl.add(first - carry.last_token_s, len(decoders))
+        else:
+            self._add_first_gaps(decoders, first)
 
     def _add_later_gaps(self, stretch: Stretch, times: list[float], departures: bool) -> None:
         """The decoders' gaps between the successive steps of a run of `stretch` (their output
@@ -567,11 +581,7 @@ class StretchMixin:
         # at the step after the prompt's first output, theirs and its own (all alike: each
         # output in the stretch's last step), then the decodes'.
         if decoders:
-            carry = self._carry
-            if carry is not None and carry.last_token_s is not None and self._carried(decoders) is carry:
-                self.itl.add(times[0] - carry.last_token_s, len(decoders))
-            else:
-                self._add_first_gaps(decoders, times[0])
+            self._add_run_first_gaps(decoders, times[0])
             self._add_later_gaps(stretch, times[:num_first], False)
             self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, (prompt.request_id,))
             for request in decoders:  # no prefix cache where stretches have prompts
@@ -600,13 +610,7 @@ class StretchMixin:
             done = []
         self.num_steps += num_steps
         self._after_decode_steps()
-        if done:
-            carry = self._survivors_after(then, num_then, False, len(done))
-        else:
-            carry = self._decoders_after(then, num_then, False)
-        if carry is not None:
-            carry.last_token_s = last
-        self._carry = carry
+        self._leave_carry(then, num_then, False, done, last)
         return self._retire(done, None)
 
     def joined_run_counts(self, stretch: Stretch, then: Stretch, num_then: int) -> tuple[RunCounts, RunCounts]:

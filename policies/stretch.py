@@ -108,8 +108,8 @@ class Stretch:
     # Whether the engine may apply this stretch and the one before it as one (`apply_joined`):
     # this is the decode-only stretch that follows a prompt's last chunk (`then`), its decoders
     # that part's, none of which finished in it, and then that prompt, whose first output was
-    # its first token (no recompute, nothing preempted). A run's second part costs about as
-    # much again as its first, mostly in passes over the decoders that one pass does for both.
+    # its first token (no recompute, nothing preempted): one pass over the decoders does for
+    # both parts, and the engine records the two in one go.
     joins: bool = False
     # Departures in finish order, worked out when first needed (see `departures`), and the
     # stretch length they cover.

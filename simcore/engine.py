@@ -368,21 +368,21 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         release_turns(policy.apply_joined(part, then, ends), ends[-1])
         num_running, num_waiting, num_swapped, blocks_used, blocks_shared, host_used, resident = state_after()
         then_counts.last = (num_running, blocks_used, resident)
-        # Neither part changes the queue (the first one's admission came before it is read).
-        waiting: tuple[int, int] | list[int] = (num_waiting_before, num_waiting)
-        if late is not None:
+        # Neither part changes the queue but by the first one's admission, before it was read.
+        if late is None:
+            first_waiting, then_waiting = num_waiting_before, (num_waiting_before, num_waiting)
+        else:
             waiting = [num_waiting_before - count for count in late]
             waiting[-1] = num_waiting - late[-1]
+            first_waiting, then_waiting = waiting[:num_first], waiting[num_first:]
         log.add_run(num_first, (
             range(first_step, first_step + num_first), starts[:num_first], taken[:num_first], 0,
-            _prompt_tokens(part, num_first, True), 0, 0, 0,
-            waiting[:num_first] if late is not None else num_waiting_before, num_swapped, 0, shared_before,
-            host_used, 0, 0, 0, 0, 0,
+            _prompt_tokens(part, num_first, True), 0, 0, 0, first_waiting, num_swapped, 0, shared_before, host_used,
+            0, 0, 0, 0, 0,
         ), counts)
         log.add_run(num_steps - num_first, (
             range(first_step + num_first, first_step + num_steps), starts[num_first:], taken[num_first:], 0, 0,
-            0, 0, 0, waiting[num_first:] if late is not None else waiting, num_swapped, 0,
-            (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
+            0, 0, 0, then_waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
         ), then_counts)
 
     def apply_readmits(part, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
