@@ -383,7 +383,7 @@ class StretchMixin:
         assert prompt is not None
         if stretch.admits:  # admitted by the stretch: it holds the blocks admission gives it
             return self._blocks_on_admission(prompt, pending)
-        return after_storing(self.bm.first_new_block_steps([prompt.request_id])[0], pending, self.bm.block_size)
+        return after_storing(self.bm.first_new_block_step_of(prompt.request_id), pending, self.bm.block_size)
 
     def _blocks_on_admission(self, request: Request, num_positions: int) -> tuple[int, int]:
         """Blocks a request admitted now holds once its first `num_positions` positions are
@@ -444,7 +444,7 @@ class StretchMixin:
         newcomer = stretch.admits_newcomer(num_steps)
         return RunCounts(num_steps, self.bm.block_size, len(self.running), self.bm.num_used_blocks,
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
-                         self.bm.first_new_block_steps([prompt.request_id])[0] if prompt is not None else 0,
+                         self.bm.first_new_block_step_of(prompt.request_id) if prompt is not None else 0,
                          prompt is not None, stretch.reaches_tail(num_steps),
                          stretch.num_newcomers if newcomer else 0,
                          stretch.num_newcomers_selecting if newcomer else 0, stretch.chunk_cap)

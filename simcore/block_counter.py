@@ -99,6 +99,10 @@ class BlockCounter(BlockArithmetic):
         # for dicts (about 20% faster on a batch of 24).
         return [first_new[rid] - bulk for rid in request_ids]
 
+    def first_new_block_step_of(self, request_id: int) -> int:
+        """first_new_block_steps for one request, without the list (a prompt's, every part)."""
+        return self._first_new[request_id] - self._bulk_steps
+
     def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None,
                             others: Sequence[int] = ()) -> None:
         """Append one position per request per step for `num_steps` steps. `others`: requests

@@ -131,3 +131,7 @@ class BlockArithmetic:
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
         raise NotImplementedError
+
+    def first_new_block_step_of(self, request_id: int) -> int:
+        """first_new_block_steps for one request."""
+        return self.first_new_block_steps([request_id])[0]

@@ -17,6 +17,8 @@ def _same_state(counter: BlockCounter, manager: BlockManager) -> None:
     assert counter.num_free_blocks == manager.num_free_blocks
     assert [counter.num_table_blocks[rid] for rid in holders] == [len(manager.block_tables[rid]) for rid in holders]
     assert counter.first_new_block_steps(holders) == manager.first_new_block_steps(holders)
+    assert [counter.first_new_block_step_of(rid) for rid in holders] == manager.first_new_block_steps(holders)
+    assert [manager.first_new_block_step_of(rid) for rid in holders] == manager.first_new_block_steps(holders)
     assert counter.num_positions == {rid: manager.num_positions[rid] for rid in holders}
     assert [counter.stored_positions(rid) for rid in holders] == [manager.stored_positions(rid) for rid in holders]
     for rid in holders:
