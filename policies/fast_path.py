@@ -423,10 +423,8 @@ class StretchMixin:
 
     def _admit_newcomers(self, stretch: Stretch, now: float) -> None:
         """Admit the requests the stretch's last step admits, in queue order (at `now`)."""
-        for request in stretch.whole_newcomers:
+        for request in stretch.newcomers:
             self._admit(request, now, self._admission_reserve(request))
-        assert stretch.newcomer is not None
-        self._admit(stretch.newcomer, now, self._admission_reserve(stretch.newcomer))
 
     def stretch_run_counts(self, stretch: Stretch, num_steps: int) -> RunCounts:
         """What the step records of the stretch's first `num_steps` steps derive their counts
@@ -473,8 +471,7 @@ class StretchMixin:
             # step admitted (the block counter then advances the whole batch at once).
             others = () if prefill is None else (prefill.request_id,)
             if stretch.newcomer is not None and stretch.num_steps == 1:  # as begin_stretch admits them
-                others = (*others, *[request.request_id for request in stretch.whole_newcomers],
-                          stretch.newcomer.request_id)
+                others = (*others, *[request.request_id for request in stretch.newcomers])
             self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, others)
         if self.bm.enable_prefix_caching:
             for request in running:
@@ -483,12 +480,9 @@ class StretchMixin:
                 request.num_outputs += num_steps
                 request.last_token_s = last
                 self._register_full_blocks(request, before)
+            self.num_resident_tokens += num_steps * len(running)
         else:
-            for request in running:
-                request.num_processed += num_steps
-                request.num_outputs += num_steps
-                request.last_token_s = last
-        self.num_resident_tokens += num_steps * len(running)
+            self._advance_decoders(running, num_steps, last)
         done = []
         if departures:
             done = self._settle_departures(stretch, times)
@@ -530,6 +524,15 @@ class StretchMixin:
         else:
             self._leave_carry(stretch, num_steps, completes, done, last)
         return self._retire(done, still_prefilling)
+
+    def _advance_decoders(self, decoders: list[Request], num_steps: int, last: float) -> None:
+        """`num_steps` more decode steps for each of `decoders`, their last output at `last`
+        (without a prefix cache: `apply_stretch` registers full blocks where there is one)."""
+        for request in decoders:
+            request.num_processed += num_steps
+            request.num_outputs += num_steps
+            request.last_token_s = last
+        self.num_resident_tokens += num_steps * len(decoders)
 
     def _leave_carry(self, stretch: Stretch, num_steps: int, completes: bool, done: list[Request],
                      last: float) -> None:
@@ -584,10 +587,7 @@ class StretchMixin:
             self._add_run_first_gaps(decoders, times[0])
             self._add_later_gaps(stretch, times[:num_first], False)
             self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, (prompt.request_id,))
-            for request in decoders:  # no prefix cache where stretches have prompts
-                request.num_processed += num_steps
-                request.num_outputs += num_steps
-                request.last_token_s = last
+            self._advance_decoders(decoders, num_steps, last)  # no prefix cache where stretches have prompts
         positions = stretch.prompt_positions(num_first)
         self.bm.append(prompt.request_id, positions + num_then)
         prompt.num_processed += positions
@@ -595,10 +595,8 @@ class StretchMixin:
         self._select_output(prompt, step_ends[num_first - 1], gaps)
         if gaps:
             self.itl.add_gaps(gaps)
-        prompt.num_processed += num_then
-        prompt.num_outputs += num_then
-        prompt.last_token_s = last
-        self.num_resident_tokens += num_steps * len(decoders) + positions + num_then
+        self.num_resident_tokens += positions
+        self._advance_decoders([prompt], num_then, last)
         self.itl.add(times[num_first] - times[num_first - 1], len(then.decoders))
         departures = then.has_departures(num_then)
         self._add_later_gaps(then, times[num_first:], departures)

@@ -44,6 +44,7 @@ class ReadmitCycleMixin:
     itl: Any
     _after_decode_steps: Any
     _decoders_after: Any
+    _advance_decoders: Any
     _add_first_gaps: Any
     _retire: Any
     _carry: Any
@@ -169,12 +170,7 @@ class ReadmitCycleMixin:
         # The prompt, where it holds blocks now, did not decode.
         self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, (request_id,))
         # (No prefix cache: cycles are planned only without one.)
-        last = times[-1]
-        for request in decoders:
-            request.num_processed += num_steps
-            request.num_outputs += num_steps
-            request.last_token_s = last
-        self.num_resident_tokens += num_steps * len(decoders)
+        self._advance_decoders(decoders, num_steps, times[-1])
         self.num_steps += num_steps
         self._after_decode_steps()
         self._carry = self._decoders_after(stretch, num_steps, False)

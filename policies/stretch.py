@@ -136,6 +136,11 @@ class Stretch:
         """Of those, the ones that select a token in that step (whose whole prompt runs)."""
         return self.newcomer_selects + len(self.whole_newcomers)
 
+    @property
+    def newcomers(self) -> tuple[Request, ...]:
+        """The requests the newcomer's step admits, in queue order (the whole ones, then it)."""
+        return self.whole_newcomers if self.newcomer is None else (*self.whole_newcomers, self.newcomer)
+
     def admits_newcomer(self, num_steps: int) -> bool:
         """Whether the first `num_steps` steps include the one that admits the newcomer."""
         return self.newcomer is not None and num_steps == self.num_steps

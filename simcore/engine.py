@@ -28,6 +28,7 @@ from simcore.decode_blocks import blocks_each_step
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.request import Request, Status
+from simcore.run_counts import RunCounts
 from simcore.steplog import StepLog
 
 
@@ -340,18 +341,32 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         release_turns(policy.apply_stretch(part, ends), ends[-1])
         num_running, num_waiting, num_swapped, blocks_used, blocks_shared, host_used, resident = state_after()
         counts.last = (num_running, blocks_used, resident)
-        waiting = (num_waiting_before, num_waiting)
-        if late is not None:
-            waiting = [num_waiting_before - count for count in late]
-            waiting[-1] = num_waiting - late[-1]
         # Every step but the last shows the state before the run (and the queue, the arrivals
         # taken before it: see `late`); the last one saw any finishes (arrivals during it join
-        # after it, as for any step). Swaps and the host tier do not change within a run. Pairs
-        # are (every step but the last, the last). The counts of sequences, decodes, selected
-        # tokens, running requests, blocks and resident tokens are derived (0 stands for them).
+        # after it, as for any step). Swaps and the host tier do not change within a run.
+        waiting = (num_waiting_before, num_waiting) if late is None else \
+            late_waiting(num_waiting_before, num_waiting, late)
+        record_run(first_step, starts, taken, _prompt_tokens(part, num_steps, completes), waiting, num_swapped,
+                   (shared_before, blocks_shared), host_used, counts)
+
+    def late_waiting(before: int, after: int, late: list[int]) -> list[int]:
+        """A run's queue length after each step where arrivals waited: `before` (`after` after
+        its last step), less the requests that arrived after each step started (`late`)."""
+        waiting = [before - count for count in late]
+        waiting[-1] = after - late[-1]
+        return waiting
+
+    def record_run(first_step: int, starts: list[float], taken: list[float], prompt_tokens: int | Sequence[int],
+                   waiting: int | Sequence[int], num_swapped: int, shared: int | tuple[int, int], host_used: int,
+                   counts: RunCounts) -> None:
+        """A run's steps in the step log (see StepLog.add_run for the entries' forms: pairs are
+        (every step but the last, the last)). The counts of sequences, decodes, selected tokens,
+        running requests, blocks and resident tokens are derived from `counts` (0 stands for
+        them); a run has no preemptions, swaps or copies."""
+        num_steps = len(starts)
         log.add_run(num_steps, (
-            range(first_step, first_step + num_steps), starts, taken, 0, _prompt_tokens(part, num_steps, completes),
-            0, 0, 0, waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
+            range(first_step, first_step + num_steps), starts, taken, 0, prompt_tokens, 0, 0, 0, waiting,
+            num_swapped, 0, shared, host_used, 0, 0, 0, 0, 0,
         ), counts)
 
     def apply_joined(part, then, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
@@ -372,18 +387,12 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         if late is None:
             first_waiting, then_waiting = num_waiting_before, (num_waiting_before, num_waiting)
         else:
-            waiting = [num_waiting_before - count for count in late]
-            waiting[-1] = num_waiting - late[-1]
+            waiting = late_waiting(num_waiting_before, num_waiting, late)
             first_waiting, then_waiting = waiting[:num_first], waiting[num_first:]
-        log.add_run(num_first, (
-            range(first_step, first_step + num_first), starts[:num_first], taken[:num_first], 0,
-            _prompt_tokens(part, num_first, True), 0, 0, 0, first_waiting, num_swapped, 0, shared_before, host_used,
-            0, 0, 0, 0, 0,
-        ), counts)
-        log.add_run(num_steps - num_first, (
-            range(first_step + num_first, first_step + num_steps), starts[num_first:], taken[num_first:], 0, 0,
-            0, 0, 0, then_waiting, num_swapped, 0, (shared_before, blocks_shared), host_used, 0, 0, 0, 0, 0,
-        ), then_counts)
+        record_run(first_step, starts[:num_first], taken[:num_first], _prompt_tokens(part, num_first, True),
+                   first_waiting, num_swapped, shared_before, host_used, counts)
+        record_run(first_step + num_first, starts[num_first:], taken[num_first:], 0, then_waiting, num_swapped,
+                   (shared_before, blocks_shared), host_used, then_counts)
 
     def apply_readmits(part, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
                        late: list[int] | None) -> None:
