@@ -29,6 +29,10 @@ def test_sim_speed_reports_each_policy(tmp_path):
         assert row["size"] == 300 and row["completed"] + row["rejected"] == 300
         assert 0 < row["events"] < row["steps"] + row["size"]  # a run of steps is one event
         assert 0 < row["simulate_s"] <= row["wall_s"] and row["peak_mib"] > 0
+        # One process's CPU time cannot exceed its wall time by more than its other threads'
+        # (pyarrow's writers): a bound, not a timing.
+        assert 0 < row["cpu_s"] < 4 * row["wall_s"]
+        assert row["steal_s"] is None or row["steal_s"] >= 0
 
 
 def test_sim_speed_with_a_profiled_table(tmp_path):
@@ -51,7 +55,23 @@ def test_sim_speed_runs_that_disagree_are_refused(monkeypatch):
     import sim_speed
 
     run = {"size": 10, "policy": "continuous", "wall_s": 1.0, "simulate_s": 0.5, "sim_time_s": 3.0, "steps": 7,
-           "events": 4, "peak_mib": 100.0, "completed": 10, "rejected": 0}
-    assert sim_speed.summarize_runs([run, {**run, "wall_s": 0.8}])["wall_s"] == 0.8
+           "events": 4, "peak_mib": 100.0, "completed": 10, "rejected": 0, "cpu_s": 0.7, "steal_s": 0.25}
+    row = sim_speed.summarize_runs([run, {**run, "wall_s": 0.8, "cpu_s": 0.75, "steal_s": 0.0}])
+    # The best wall time, the stolen time of that run, the least CPU time of any.
+    assert (row["wall_s"], row["steal_s"], row["cpu_s"]) == (0.8, 0.0, 0.7)
     with pytest.raises(SystemExit, match="disagree on steps"):
         sim_speed.summarize_runs([run, {**run, "steps": 8}])
+
+
+def test_stolen_time_from_the_machines_counters(monkeypatch):
+    """Steal is the eighth counter of /proc/stat's cpu line, in clock ticks."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    import sim_speed
+
+    ticks = sim_speed.os.sysconf("SC_CLK_TCK")
+    before = [100, 0, 50, 900, 0, 0, 0, 10, 0, 0]
+    after = [200, 0, 60, 950, 0, 0, 0, 10 + 3 * ticks, 0, 0]
+    assert sim_speed.stolen_seconds(before, after) == 3.0
+    assert sim_speed.stolen_seconds(None, after) is None and sim_speed.stolen_seconds(before, before[:7]) is None
+    reading = sim_speed.machine_times()
+    assert reading is None or (len(reading) >= 8 and all(value >= 0 for value in reading))
