@@ -214,6 +214,7 @@ class ChunkedPrefillPolicy(BasePolicy):
         # then also come before the step that admits the next prompt.
         # (Not with a tail while others wait: every seat stays taken to its end, where the
         # first finish comes, if any.)
+        last_chunk = None  # the chunk that completes the prompt, where worked out here
         if to_finish < total + (num_waiting > 0) and not (num_waiting and tail) and \
                 self._can_run_past_finishes_beside(num_waiting, recompute):
             stretch.remaining = left if left is not None else self._steps_left(decoders, carry)
@@ -237,7 +238,7 @@ class ChunkedPrefillPolicy(BasePolicy):
             stretch.plan_then = partial(self._decodes_after_prompt, pending=pending, queue=num_waiting > 0)
         elif num_waiting and not stretch.tail and limit == total and (to_finish > limit or stretch.remaining):
             # Its decoders are those of the steps before: one part, not a part of one step after it.
-            return self._last_chunk_with_newcomer(stretch, pending) or stretch
+            return self._last_chunk_with_newcomer(stretch, pending, last_chunk) or stretch
         return stretch
 
     def _chunk_preempting(self, prompt: Request, decoders: list[Request], chunk: int) -> Stretch | None:
@@ -273,18 +274,22 @@ class ChunkedPrefillPolicy(BasePolicy):
             return False
         return not num_waiting or self.options.max_num_batched_tokens <= self.chunk_size
 
-    def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int) -> Stretch | None:
+    def _last_chunk_with_newcomer(self, stretch: Stretch, pending: int,
+                                  tail: int | None = None) -> Stretch | None:
         """`stretch` (every chunk of its prompt but the last; none, for a stretch of no steps)
         and the step after it: the last chunk, the decodes, and the waiting requests admitted
         with their first chunks in the budget left, as `_run_prefill_chunks` would do it, each
         but the last with its whole prompt (`Stretch.whole_newcomers`), when nothing else could
-        join that step (`stretch` itself, made longer; None, and `stretch` unchanged, otherwise)."""
+        join that step (`stretch` itself, made longer; None, and `stretch` unchanged, otherwise).
+        `tail`: that last chunk, where the caller has worked it out (its chunks grow at finishes:
+        `_chunks_past_finishes`), else the positions `stretch` leaves of `pending`."""
         num_steps, prompt = stretch.num_steps, stretch.prefill
         assert prompt is not None
         # The decoders in that step: those that did not finish in the steps before.
         remaining = stretch.remaining
         num_decodes = len(stretch.decoders) if remaining is None else len([left for left in remaining if left > num_steps])
-        tail = pending - stretch.prompt_positions(num_steps)
+        if tail is None:
+            tail = pending - stretch.prompt_positions(num_steps)
         if _counted_as_decode(prompt, tail):
             return None
         # Admission goes on while seats and budget are left (the prompt holds a seat).

@@ -440,12 +440,15 @@ class StretchMixin:
                 departures.append((finish_step, index, context, held[ids[index]]))
         prompt = stretch.prefill
         newcomer = stretch.admits_newcomer(num_steps)
+        completes = stretch.reaches_tail(num_steps)
         return RunCounts(num_steps, self.bm.block_size, len(self.running), self.bm.num_used_blocks,
                          self.num_resident_tokens, stretch.decode_firsts, departures, stretch.chunk,
                          self.bm.first_new_block_step_of(prompt.request_id) if prompt is not None else 0,
-                         prompt is not None, stretch.reaches_tail(num_steps),
+                         prompt is not None, completes,
                          stretch.num_newcomers if newcomer else 0,
-                         stretch.num_newcomers_selecting if newcomer else 0, stretch.chunk_cap)
+                         stretch.num_newcomers_selecting if newcomer else 0, stretch.chunk_cap,
+                         tail=stretch.tail if completes else 0,
+                         newcomer_positions=stretch.newcomer_positions if newcomer else 0)
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""
@@ -491,7 +494,9 @@ class StretchMixin:
         completes = False
         if prefill is not None:
             completes = stretch.reaches_tail(num_steps)
-            processed = stretch.prompt_positions(num_steps)
+            # A run that completes the prompt processes all it has pending (its chunks, where
+            # they grow at finishes, are summed only for a run cut before).
+            processed = prefill.num_tokens - prefill.num_processed if completes else stretch.prompt_positions(num_steps)
             self.bm.append(prefill.request_id, processed)
             prefill.num_processed += processed
             self.num_resident_tokens += processed
@@ -588,7 +593,7 @@ class StretchMixin:
             self._add_later_gaps(stretch, times[:num_first], False)
             self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, (prompt.request_id,))
             self._advance_decoders(decoders, num_steps, last)  # no prefix cache where stretches have prompts
-        positions = stretch.prompt_positions(num_first)
+        positions = prompt.num_tokens - prompt.num_processed  # all it has pending (as joined_run_counts)
         self.bm.append(prompt.request_id, positions + num_then)
         prompt.num_processed += positions
         gaps: list[float] = []
@@ -619,7 +624,7 @@ class StretchMixin:
         prompt = stretch.prefill
         assert prompt is not None
         first = self.stretch_run_counts(stretch, num_first)
-        positions = stretch.prompt_positions(num_first)
+        positions = prompt.num_tokens - prompt.num_processed  # all it has pending: its last chunk is in the stretch
         prompt_blocks = bm.num_new_blocks_needed(prompt.request_id, positions)
         bs, firsts = bm.block_size, stretch.decode_firsts
         first.last = (first.running, first.blocks + blocks_taken_by(firsts, num_first, bs) + prompt_blocks,

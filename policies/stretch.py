@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from itertools import compress, repeat
-from operator import le
 
 import numpy as np
 
@@ -273,14 +271,22 @@ class Stretch:
             remaining = self.remaining
             assert remaining is not None
             contexts = self.decode_contexts
-            if contexts is None:
-                contexts = [request.num_processed for request in self.decoders]
-            leaving = zip(remaining, range(len(remaining)), contexts)
             # (finish step, index) pairs are distinct: contexts are never compared.
             if len(remaining) < MIN_BATCH_SORTED_IN_PART:
-                self._sorted = sorted(leaving)
-            else:  # under load most of a large batch outlasts a run: sort only those that leave in it
-                self._sorted = sorted(compress(leaving, map(le, remaining, repeat(self.num_steps))))
+                if contexts is None:
+                    contexts = [request.num_processed for request in self.decoders]
+                self._sorted = sorted(zip(remaining, range(len(remaining)), contexts))
+            else:
+                # Under load most of a large batch outlasts a run: sort only those that leave in
+                # it, and read only their contexts.
+                num_steps = self.num_steps
+                if contexts is None:
+                    decoders = self.decoders
+                    self._sorted = sorted([(left, index, decoders[index].num_processed)
+                                           for index, left in enumerate(remaining) if left <= num_steps])
+                else:
+                    self._sorted = sorted([(left, index, contexts[index])
+                                           for index, left in enumerate(remaining) if left <= num_steps])
             self._sorted_upto = self.num_steps
         return self._sorted
 

@@ -23,7 +23,7 @@ import simpy
 
 from backends.base import CostModel, step_extras
 from policies.protocol import Policy
-from policies.stretch import Stretch, run_aggregates
+from policies.stretch import run_aggregates
 from simcore.decode_blocks import blocks_each_step
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
@@ -346,8 +346,7 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         # after it, as for any step). Swaps and the host tier do not change within a run.
         waiting = (num_waiting_before, num_waiting) if late is None else \
             late_waiting(num_waiting_before, num_waiting, late)
-        record_run(first_step, starts, taken, _prompt_tokens(part, num_steps, completes), waiting, num_swapped,
-                   (shared_before, blocks_shared), host_used, counts)
+        record_run(first_step, starts, taken, waiting, num_swapped, (shared_before, blocks_shared), host_used, counts)
 
     def late_waiting(before: int, after: int, late: list[int]) -> list[int]:
         """A run's queue length after each step where arrivals waited: `before` (`after` after
@@ -356,16 +355,15 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         waiting[-1] = after - late[-1]
         return waiting
 
-    def record_run(first_step: int, starts: list[float], taken: list[float], prompt_tokens: int | Sequence[int],
-                   waiting: int | Sequence[int], num_swapped: int, shared: int | tuple[int, int], host_used: int,
-                   counts: RunCounts) -> None:
+    def record_run(first_step: int, starts: list[float], taken: list[float], waiting: int | Sequence[int],
+                   num_swapped: int, shared: int | tuple[int, int], host_used: int, counts: RunCounts) -> None:
         """A run's steps in the step log (see StepLog.add_run for the entries' forms: pairs are
-        (every step but the last, the last)). The counts of sequences, decodes, selected tokens,
-        running requests, blocks and resident tokens are derived from `counts` (0 stands for
-        them); a run has no preemptions, swaps or copies."""
+        (every step but the last, the last)). The counts of sequences, prompt positions, decodes,
+        selected tokens, running requests, blocks and resident tokens are derived from `counts`
+        (0 stands for them); a run has no preemptions, swaps or copies."""
         num_steps = len(starts)
         log.add_run(num_steps, (
-            range(first_step, first_step + num_steps), starts, taken, 0, prompt_tokens, 0, 0, 0, waiting,
+            range(first_step, first_step + num_steps), starts, taken, 0, 0, 0, 0, 0, waiting,
             num_swapped, 0, shared, host_used, 0, 0, 0, 0, 0,
         ), counts)
 
@@ -389,9 +387,9 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         else:
             waiting = late_waiting(num_waiting_before, num_waiting, late)
             first_waiting, then_waiting = waiting[:num_first], waiting[num_first:]
-        record_run(first_step, starts[:num_first], taken[:num_first], _prompt_tokens(part, num_first, True),
-                   first_waiting, num_swapped, shared_before, host_used, counts)
-        record_run(first_step + num_first, starts[num_first:], taken[num_first:], 0, then_waiting, num_swapped,
+        record_run(first_step, starts[:num_first], taken[:num_first], first_waiting, num_swapped, shared_before,
+                   host_used, counts)
+        record_run(first_step + num_first, starts[num_first:], taken[num_first:], then_waiting, num_swapped,
                    (shared_before, blocks_shared), host_used, then_counts)
 
     def apply_readmits(part, starts: list[float], ends: list[float], taken: list[float],  # noqa: ANN001
@@ -533,19 +531,6 @@ def _extras(cost_model: CostModel, plan) -> dict[str, float] | None:  # noqa: AN
     if transfer_time is not None and moves:
         extras["transfer_s"] = transfer_time(plan)
     return extras
-
-
-def _prompt_tokens(part: Stretch, num_steps: int, completes: bool) -> int | tuple[int, int] | list[int]:
-    """The prompt positions of a run's steps, as a step-log column entry (see StepLog.add_run):
-    one chunk for every step, (every step's but the last, the last's), or each step's."""
-    if part.chunk_cap and part.has_departures(num_steps):
-        chunks = part.step_chunks(num_steps)  # the chunk grows at finishes
-        if part.admits_newcomer(num_steps):
-            chunks[-1] += part.newcomer_positions
-        return chunks
-    if completes:
-        return part.chunk, part.tail + (part.newcomer_positions if part.admits_newcomer(num_steps) else 0)
-    return part.chunk
 
 
 def _until(env: simpy.Environment, when: float) -> simpy.Timeout:

@@ -42,20 +42,25 @@ class RunCounts:
     chunk_cap: int = 0
     # Running requests, blocks in use and resident tokens after the last step.
     last: tuple[int, int, int] = (0, 0, 0)
+    # The last step's prompt positions besides its chunk's: the chunk that completes the prompt
+    # (`completes`: it stands for the chunk) and the newcomers' first chunks.
+    tail: int = 0
+    newcomer_positions: int = 0
 
 
 def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     """Every step of `runs` (of one block size), in order: decoders, sequences, selecting
-    sequences, and after the step running requests, blocks in use and resident tokens, by step
-    record column (int64 arrays, one row a step)."""
+    sequences, prompt positions, and after the step running requests, blocks in use and
+    resident tokens, by step record column (int64 arrays, one row a step)."""
     bs = runs[0].block_size
     # Each field across the runs, each run's fields as a row (comprehensions: slot reads in one
     # are about twice as fast as through an attrgetter).
     num_runs = len(runs)
     rows = [(run.num_steps, run.chunk, run.prompt_first, run.blocks, run.running, run.resident, run.completes,
-             run.has_prompt, run.num_newcomers, run.num_newcomers_selecting, run.chunk_cap) for run in runs]
+             run.has_prompt, run.num_newcomers, run.num_newcomers_selecting, run.chunk_cap, run.tail,
+             run.newcomer_positions) for run in runs]
     (lengths, chunk, prompt_first, blocks_before, running_before, resident_before, completes, has_prompt, newcomers,
-     newcomers_selecting, chunk_cap) = np.fromiter(chain.from_iterable(rows), np.int64,
+     newcomers_selecting, chunk_cap, tail, newcomer_positions) = np.fromiter(chain.from_iterable(rows), np.int64,
                                      count=len(rows[0]) * num_runs).reshape(num_runs, len(rows[0])).T
     firsts_by_run = [run.firsts for run in runs]
     num_decoders = np.fromiter(map(len, firsts_by_run), np.int64, count=num_runs)
@@ -108,6 +113,10 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     else:
         stored = (np.arange(total, dtype=np.int64) - per_row(starts) + 1) * row_chunk
     tokens = _cumsum_within(decoders + row_chunk, starts, lengths)
+    # The prompt positions each step processes: its chunk (a fresh array, not needed above from
+    # here), but for the last step's tail and newcomers.
+    prompt_tokens = row_chunk
+    prompt_tokens[last_rows] = np.where(completes > 0, tail, prompt_tokens[last_rows]) + newcomer_positions
     first = per_row(prompt_first)
     prompt_blocks = np.where((stored > 0) & (stored >= first), (stored - first) // bs + 1, 0)
     blocks = per_row(blocks_before) + _cumsum_within(block_delta, starts, lengths) + prompt_blocks
@@ -119,7 +128,8 @@ def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
     seqs = decoders + per_row(has_prompt)
     seqs[last_rows] += newcomers
     return {"num_decode_tokens": decoders, "num_seqs": seqs, "num_selected": selected,
-            "num_running": running, "kv_blocks_used": blocks, "resident_tokens": resident}
+            "num_prefill_tokens": prompt_tokens, "num_running": running, "kv_blocks_used": blocks,
+            "resident_tokens": resident}
 
 
 def _cumsum_within(delta: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -21,12 +21,15 @@ def runs(draw, block_size: int) -> RunCounts:
                              draw(st.integers(0, 9))) for index in leaving)
     num_newcomers = draw(st.integers(0, 3))
     chunk_cap = chunk + draw(st.integers(0, 6)) if chunk and departures and draw(st.booleans()) else 0
+    completes = draw(st.booleans())
     return RunCounts(num_steps, block_size, draw(st.integers(len(firsts), 60)), draw(st.integers(0, 900)),
                      draw(st.integers(0, 9000)), firsts, departures, chunk,
-                     draw(st.integers(1, 3 * block_size)) if chunk else 0, draw(st.booleans()), draw(st.booleans()),
+                     draw(st.integers(1, 3 * block_size)) if chunk else 0, draw(st.booleans()), completes,
                      num_newcomers=num_newcomers, num_newcomers_selecting=draw(st.integers(0, num_newcomers)),
                      chunk_cap=chunk_cap,
-                     last=(draw(st.integers(0, 99)), draw(st.integers(0, 999)), draw(st.integers(0, 9999))))
+                     last=(draw(st.integers(0, 99)), draw(st.integers(0, 999)), draw(st.integers(0, 9999))),
+                     tail=draw(st.integers(1, 20)) if completes else 0,
+                     newcomer_positions=draw(st.integers(1, 30)) if num_newcomers else 0)
 
 
 def _one_step_at_a_time(run: RunCounts) -> dict[str, list[int]]:
@@ -34,7 +37,7 @@ def _one_step_at_a_time(run: RunCounts) -> dict[str, list[int]]:
     finish = {index: (step, context, held) for step, index, context, held in run.departures}
     taken = [0] * len(run.firsts)  # blocks each decoder has taken in the run
     out: dict[str, list[int]] = {name: [] for name in ("num_decode_tokens", "num_seqs", "num_selected", "num_running",
-                                                      "kv_blocks_used", "resident_tokens")}
+                                                      "kv_blocks_used", "resident_tokens", "num_prefill_tokens")}
     stored = 0  # tokens stored by the run's steps
     prompt_stored = 0  # of which the prompt's
     for step in range(1, run.num_steps + 1):
@@ -45,6 +48,9 @@ def _one_step_at_a_time(run: RunCounts) -> dict[str, list[int]]:
         out["num_decode_tokens"].append(len(active))
         out["num_seqs"].append(len(active) + run.has_prompt + (run.num_newcomers if last else 0))
         out["num_selected"].append(len(active) + (run.completes and last) + (run.num_newcomers_selecting if last else 0))
+        # The prompt's chunk, or at the last step its tail where it completes, and the newcomers' chunks.
+        out["num_prefill_tokens"].append((run.tail if run.completes and last else q) +
+                                         (run.newcomer_positions if last else 0))
         for i in active:
             if step >= run.firsts[i] and (step - run.firsts[i]) % bs == 0:
                 taken[i] += 1
