@@ -447,8 +447,7 @@ class StretchMixin:
                          prompt is not None, completes,
                          stretch.num_newcomers if newcomer else 0,
                          stretch.num_newcomers_selecting if newcomer else 0, stretch.chunk_cap,
-                         tail=stretch.tail if completes else 0,
-                         newcomer_positions=stretch.newcomer_positions if newcomer else 0)
+                         stretch.tail if completes else 0, stretch.newcomer_positions if newcomer else 0)
 
     def apply_stretch(self, stretch: Stretch, step_ends: list[float]) -> list[Request]:
         """Complete the stretch's first len(step_ends) steps at once; returns finished requests."""

@@ -40,12 +40,12 @@ class RunCounts:
     # Where the chunk is the budget left beside the decoders: the most it may grow to as they
     # leave (a step with d decoders takes min(chunk_cap, chunk + len(firsts) - d)); 0: fixed.
     chunk_cap: int = 0
-    # Running requests, blocks in use and resident tokens after the last step.
-    last: tuple[int, int, int] = (0, 0, 0)
     # The last step's prompt positions besides its chunk's: the chunk that completes the prompt
     # (`completes`: it stands for the chunk) and the newcomers' first chunks.
     tail: int = 0
     newcomer_positions: int = 0
+    # Running requests, blocks in use and resident tokens after the last step.
+    last: tuple[int, int, int] = (0, 0, 0)
 
 
 def expand_run_counts(runs: list[RunCounts]) -> dict[str, np.ndarray]:
