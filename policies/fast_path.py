@@ -495,7 +495,7 @@ class StretchMixin:
             completes = stretch.reaches_tail(num_steps)
             # A run that completes the prompt processes all it has pending (its chunks, where
             # they grow at finishes, are summed only for a run cut before).
-            processed = prefill.num_tokens - prefill.num_processed if completes else stretch.prompt_positions(num_steps)
+            processed = prefill.num_pending if completes else stretch.prompt_positions(num_steps)
             self.bm.append(prefill.request_id, processed)
             prefill.num_processed += processed
             self.num_resident_tokens += processed
@@ -592,7 +592,7 @@ class StretchMixin:
             self._add_later_gaps(stretch, times[:num_first], False)
             self.bm.append_decode_steps(stretch.decode_ids, num_steps, stretch.decode_firsts, (prompt.request_id,))
             self._advance_decoders(decoders, num_steps, last)  # no prefix cache where stretches have prompts
-        positions = prompt.num_tokens - prompt.num_processed  # all it has pending (as joined_run_counts)
+        positions = prompt.num_pending  # all of it: its last chunk is in the stretch (as joined_run_counts)
         self.bm.append(prompt.request_id, positions + num_then)
         prompt.num_processed += positions
         gaps: list[float] = []
@@ -623,7 +623,7 @@ class StretchMixin:
         prompt = stretch.prefill
         assert prompt is not None
         first = self.stretch_run_counts(stretch, num_first)
-        positions = prompt.num_tokens - prompt.num_processed  # all it has pending: its last chunk is in the stretch
+        positions = prompt.num_pending  # all of it: its last chunk is in the stretch
         prompt_blocks = bm.num_new_blocks_needed(prompt.request_id, positions)
         bs, firsts = bm.block_size, stretch.decode_firsts
         first.last = (first.running, first.blocks + blocks_taken_by(firsts, num_first, bs) + prompt_blocks,

@@ -312,13 +312,12 @@ def _simulate(requests: Sequence[Request], policy: Policy, cost_model: CostModel
         policy.begin_stretch(part, starts[0])
         if part.readmits:
             return apply_readmits(part, starts, ends, taken, late)
-        chunk = part.chunk
-        completes = part.reaches_tail(num_steps)  # its last step completes the prompt
         if num_steps == 1:  # one step (a run cut short, or a prefill step before decodes): one row, as a single step's
             first_step = policy.num_steps
+            completes = part.reaches_tail(1)  # the step completes the prompt
             num_decodes = len(part.decoders)
             num_seqs = num_decodes + (part.prefill is not None)
-            prefill_tokens = part.tail if completes else chunk
+            prefill_tokens = part.tail if completes else part.chunk
             num_selected = num_decodes + completes
             if part.admits_newcomer(1):
                 num_seqs += part.num_newcomers
