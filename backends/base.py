@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from simcore.model import ModelSpec
-from simcore.plan import StepPlan
+from simcore.pricing import CostModel, run_step_times, step_extras
+
+__all__ = ["CostContext", "CostModel", "run_step_times", "step_extras"]
 
 
 @dataclass(frozen=True)
@@ -25,16 +26,3 @@ class CostContext:
     seed: int = 0
     # Where relative paths in the cost model's parameters are resolved, and named in errors.
     source: Path | None = None
-
-
-@runtime_checkable
-class CostModel(Protocol):
-    def step_time(self, plan: StepPlan) -> float:
-        """Seconds the engine spends on this step (compute plus any transfers in the plan)."""
-        ...
-
-
-def step_extras(cost_model: object) -> dict[str, float]:
-    """Extra per-step columns a cost model measured for its last step (e.g. GPU-only time)."""
-    extras = getattr(cost_model, "last_step_extras", None)
-    return dict(extras) if extras else {}

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from backends.base import CostContext
-from simcore.plan import StepPlan
+from simcore.plan import Repeat, StepPlan
 
 
 @dataclass
@@ -31,8 +31,7 @@ class ConstantCostModel:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf \
                     or value > sys.float_info.max:
                 raise ValueError(f"{name}: expected a finite number >= 0, found {value!r}")
-            # Seconds as floats: a whole number past int64 would overflow where runs are priced
-            # with numpy, and one-step and bulk pricing must round alike.
+            # Seconds as floats, so that every step's arithmetic is a float's.
             setattr(self, name, float(value))
         if self.step_s + self.per_token_s + self.per_request_s <= 0:
             raise ValueError("step_s, per_token_s and per_request_s are all 0: every step would take no time; "
@@ -42,10 +41,15 @@ class ConstantCostModel:
         compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * len(plan.seqs)
         return compute + self.transfer_time(plan)
 
-    def aggregate_step_times(self, num_tokens, num_seqs, num_selecting, attn_work, kv_positions) -> np.ndarray:  # noqa: ANN001
-        """Times of steps given by their aggregate shape, bit-equal to step_time without transfers."""
-        compute = self.step_s + self.per_token_s * np.asarray(num_tokens) + self.per_request_s * np.asarray(num_seqs)
-        return np.asarray(compute + 0.0, dtype=np.float64)
+    def run_step_times(self, repeats: Iterable[Repeat]) -> Iterator[float]:
+        """Times of a run's steps, bit-equal to step_time: a step's time does not depend on
+        context, so a repeat's steps all take its plan's (which moves no blocks)."""
+        for repeat in repeats:
+            plan = repeat.plan
+            if repeat.without:  # requests that left: the plan without them
+                gone = set(repeat.without)
+                plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
+            yield from itertools.repeat(self.step_time(plan), repeat.num_steps)
 
     def transfer_time(self, plan: StepPlan) -> float:
         num_moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,7 +38,7 @@ import numpy as np
 from backends.base import CostContext
 from simcore.errors import ConfigError
 from simcore.paths import path_beside
-from simcore.plan import RunShape, StepPlan
+from simcore.plan import Repeat, StepPlan
 
 # Shape descriptors, in the order the CSV carries them (time_s follows).
 SHAPE_COLUMNS = (
@@ -58,14 +58,7 @@ GEOMETRY = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_di
 def plan_shape(plan: StepPlan) -> dict[str, float]:
     """A plan's shape descriptors (SHAPE_COLUMNS), the same quantities the profiler records."""
     row = dict.fromkeys((*SHAPE_COLUMNS, *OPTIONAL_SHAPE_COLUMNS), 0.0)
-    seqs = plan.seqs
-    group = plan.decodes
-    if group is not None:  # decodes as columns: the same sums, without a ScheduledSeq each
-        row["num_seqs"] = row["num_decode_tokens"] = row["num_selecting"] = float(len(group))
-        row["sum_context"] = row["sum_decode_context"] = float(group.sum_context)
-        row["max_context"] = float(max(group.context_lens))
-        seqs = seqs.others
-    for s in seqs:
+    for s in plan.seqs:
         c, q = s.context_len, s.num_new_tokens
         row["num_seqs"] += 1
         row["sum_context"] += c
@@ -394,31 +387,38 @@ class ProfiledCostModel:
             compute = max(self.fit.predict_one(plan_shape(plan)), 0.0)
         return compute + self.transfer_time(plan)
 
-    def iter_step_times(self, shape: RunShape) -> Iterator[float]:
-        """Times of a run's successive steps (see RunShape), bit-equal to step_time on the plans
-        they stand for: the same descriptors, step by step, through the same sum."""
-        n, q = shape.num_decodes, shape.chunk
-        row = dict.fromkeys((*SHAPE_COLUMNS, *OPTIONAL_SHAPE_COLUMNS), 0.0)
-        row["num_seqs"] = float(shape.num_seqs)
-        row["num_decode_tokens"] = float(n)
-        row["num_selecting"] = float(shape.num_selecting)
-        fresh = shape.new_chunk  # a new prompt's chunk on no context (one-step runs only)
-        row["num_prefill_tokens"] = float(q + shape.new_positions)
-        # In the plan's order: the chunk, the prompts admitted whole, the new prompt's chunk.
-        causal = q * (q + 1) / 2
-        for whole in shape.new_whole:
-            causal += whole * (whole + 1) / 2
-        row["sum_prefill_causal"] = causal + fresh * (fresh + 1) / 2
-        decode_context, prefill_context = shape.decode_context, shape.prefill_context
-        while True:
-            row["sum_decode_context"] = float(decode_context)
-            row["sum_context"] = float(decode_context + (prefill_context if q else 0))
-            if q:
-                row["sum_prefill_context"] = float(q * prefill_context)
-                row["num_prefill_continuations"] = 1.0 if prefill_context > 0 else 0.0
-            yield max(self.fit.predict_one(row), 0.0) + 0.0
-            decode_context += n
-            prefill_context += q
+    def run_step_times(self, repeats: Iterable[Repeat]) -> Iterator[float]:
+        """Times of a run's steps, bit-equal to step_time on each step's plan: the descriptors
+        that grow with context worked out in integers per step (a decode's context grows by
+        one a step, a prompt chunk's by the chunk), the rest as `plan_shape` gives them, through
+        the same sum."""
+        for repeat in repeats:
+            plan = repeat.plan
+            if repeat.without:  # requests that left: the plan without them
+                gone = set(repeat.without)
+                plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
+            decodes = [seq.context_len for seq in plan.seqs if seq.is_decode]
+            prompts = [(seq.num_new_tokens, seq.context_len) for seq in plan.seqs if not seq.is_decode]
+            if any(q == 1 for q, _ in prompts):
+                # A one-position prompt piece may read as a decode further on: priced plan by plan.
+                yield from map(self.step_time, repeat._replace(plan=plan, without=()).plans())
+                continue
+            row = plan_shape(plan)
+            decode_context, num_decodes = sum(decodes), len(decodes)
+            prompt_context = sum(c for _, c in prompts)
+            prompt_work, prompt_squares = sum(q * c for q, c in prompts), sum(q * q for q, _ in prompts)
+            prompt_tokens = sum(q for q, _ in prompts)
+            for step in range(repeat.advance, repeat.advance + repeat.num_steps):
+                contexts = [c + step * q for q, c in prompts]
+                if decodes:
+                    contexts.append(max(decodes) + step)
+                row["sum_context"] = float(decode_context + step * num_decodes + prompt_context + step * prompt_tokens)
+                row["max_context"] = float(max(contexts))
+                row["sum_decode_context"] = float(decode_context + step * num_decodes)
+                row["sum_prefill_context"] = float(prompt_work + step * prompt_squares)
+                row["num_prefill_continuations"] = float(sum(1 for c in contexts[:len(prompts)] if c > 0))
+                # (No transfers: a repeat's plan moves no blocks.)
+                yield max(self.fit.predict_one(row), 0.0) + 0.0
 
     def transfer_time(self, plan: StepPlan) -> float:
         moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)

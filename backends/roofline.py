@@ -21,19 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
-
-import numpy as np
 
 from backends.base import CostContext
 from simcore.capacity import kv_heads_per_gpu
 from simcore.errors import ConfigError
 from simcore.model import ModelSpec
-from simcore.plan import RunShape, StepPlan
+from simcore.plan import Repeat, ScheduledSeq, StepPlan
 from simcore.presets import GB, HardwareSpec, get_link
 
 TRANSFER_MODES = ("serial", "overlap")
@@ -42,17 +38,6 @@ TRANSFER_MODES = ("serial", "overlap")
 CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel")
 
 _DEFAULT_TRANSFER_LATENCY_S = 10e-6
-# Shapes whose fixed step parts are kept at once (a bound on memory, far above what a run uses).
-_MAX_FIXED_SHAPES = 65536
-# iter_run_times prices a piece of at least this many steps by the larger attention term alone
-# where that term is the larger by _MARGIN (relative) at the piece's first and last steps. Each
-# term, a product and a quotient of floats, is within 2.3e-16 (relative) of its exact value, and
-# the exact terms are linear in the step: past such a margin at both ends, the larger at every
-# step, rounding included. Below the bound the two tests cost more than they save. Integers up to
-# _EXACT_INTS convert to floats exactly, as the argument needs.
-_MIN_STEPS_BOUND = 4
-_MARGIN = 1.0 + 1e-9
-_EXACT_INTS = 2**53
 
 
 @dataclass(frozen=True)
@@ -125,13 +110,11 @@ class RooflineCostModel:
             consts["_comm_fixed"] = num_allreduce * self.hardware.interconnect_latency_s
         for name, value in consts.items():
             object.__setattr__(self, name, value)
-        # A run's parts that do not grow with context, by (tokens, sequences, selecting): runs of
-        # one shape recur (a batch of n decodes, the same chunk beside them) far more than they vary.
-        object.__setattr__(self, "_fixed_by_shape", {})
+        object.__setattr__(self, "_last_sums", [None, None])
 
     def __getstate__(self) -> dict:
-        # The shape cache is rebuilt as runs are priced: a copy need not carry it.
-        return {**self.__dict__, "_fixed_by_shape": {}}
+        # The memo of the last plan's sums is refilled as plans are priced: a copy need not carry it.
+        return {**self.__dict__, "_last_sums": [None, None]}
 
     # --- the contract -------------------------------------------------------------------------
 
@@ -140,127 +123,60 @@ class RooflineCostModel:
         transfer = self.transfer_time(plan)
         if not plan.seqs:
             return transfer
-        num_tokens = sum_context = attn_work = num_selecting = 0
-        seqs = plan.seqs
-        group = plan.decodes
-        if group is not None:
-            # Decodes: q = 1 each, so sum q (2c + q) = 2 sum c + n; each selects.
-            num_tokens = num_selecting = len(group)
-            sum_context = group.sum_context
-            attn_work = 2 * group.sum_context + len(group)
-            seqs = seqs.others
-        for seq in seqs:
-            q, c = seq.num_new_tokens, seq.context_len
-            num_tokens += q
-            sum_context += c
-            attn_work += q * (2 * c + q)
-            if seq.selects_token:
-                num_selecting += 1
-        compute = self._compute_time(num_tokens, len(plan.seqs), num_selecting, attn_work,
-                                     sum_context + num_tokens, max)
+        num_tokens, num_selecting, sum_context, attn_work, _ = self._plan_sums(plan)
+        dense, comm, overhead = self._fixed_parts(num_tokens, len(plan.seqs), num_selecting)
+        compute = dense + self._attention_time(attn_work, sum_context + num_tokens) + comm + overhead
         if self._overlap:
             return max(compute, transfer)
         return compute + transfer
 
-    def decode_step_times(self, batch_size: int, sum_context_start: int, num_steps: int) -> np.ndarray:
-        """Times of `num_steps` decode-only steps of `batch_size` requests, bit-equal to step_time.
+    def run_step_times(self, repeats: Iterable[Repeat]) -> Iterator[float]:
+        """Times of a run's steps, bit-equal to step_time on each step's plan: the same sums,
+        advanced in integers (step j adds j q_i to each context: j T to the context total and
+        2 j q_i^2 to the attention work q (2c + q)), then the same float operations."""
+        for repeat in repeats:
+            plan = repeat.plan
+            num_tokens, num_selecting, sum_context, attn_work, sum_squares = self._plan_sums(plan)
+            num_seqs = len(plan.seqs)
+            if repeat.without:  # requests that left: their part of the sums out
+                gone = [plan.seqs[index] for index in repeat.without]
+                num_seqs -= len(gone)
+                tokens, selecting, context, work, squares = _sums(gone)
+                num_tokens, num_selecting, sum_context = num_tokens - tokens, num_selecting - selecting, \
+                    sum_context - context
+                attn_work, sum_squares = attn_work - work, sum_squares - squares
+            dense, comm, overhead = self._fixed_parts(num_tokens, num_seqs, num_selecting)
+            step = repeat.advance
+            sum_context += step * num_tokens
+            attn_work += 2 * step * sum_squares
+            for _ in range(repeat.num_steps):
+                # (No transfers: a repeat's plan moves no blocks; x + 0.0 and max(x, 0.0) are x.)
+                yield dense + self._attention_time(attn_work, sum_context + num_tokens) + comm + overhead
+                sum_context += num_tokens
+                attn_work += 2 * sum_squares
 
-        Step k has every request process one position and select a token, on a total context of
-        sum_context_start + k * batch_size (each step adds one cached position per request).
-        """
-        if batch_size < 1 or num_steps < 0 or sum_context_start < 0:
-            raise ValueError("need batch_size >= 1, num_steps >= 0, sum_context_start >= 0")
-        sum_context = sum_context_start + np.arange(num_steps, dtype=np.int64) * batch_size
-        # With q_i = 1: sum q (2c + q) = 2 sum c + B, and positions touched = sum c + B.
-        return self.aggregate_step_times(batch_size, batch_size, batch_size, 2 * sum_context + batch_size,
-                                         sum_context + batch_size)
+    def _plan_sums(self, plan: StepPlan) -> tuple[int, int, int, int, int]:
+        """`_sums` of a plan's sequences, kept for the plan priced last: a run's first repeat is
+        often the planned step's plan, one step on."""
+        memo = self._last_sums
+        if memo[0] is not plan:
+            memo[:] = plan, _sums(plan.seqs)
+        return memo[1]
 
-    def aggregate_step_times(self, num_tokens: Any, num_seqs: Any, num_selecting: int, attn_work: Any,
-                             kv_positions: Any) -> np.ndarray:
-        """Times of steps given by their aggregate shape (integer arrays or scalars), bit-equal
-        to step_time on plans of that shape without transfers: the fast path's pricing."""
-        times = self._compute_time(num_tokens, num_seqs, num_selecting, attn_work, kv_positions, np.maximum)
-        return np.asarray(times, dtype=np.float64)
-
-    def iter_step_times(self, shape: RunShape) -> Iterator[float]:
-        """Times of a run's successive steps, bit-equal to step_time: the fast path's pricing, one
-        step at a time so that a run cut short by an arrival prices only the steps it takes."""
-        return self.iter_run_times(((sys.maxsize, shape),))
-
-    def iter_run_times(self, pieces: Iterable[tuple[int, RunShape]]) -> Iterator[float]:
-        """iter_step_times for a run of several shapes, (steps, shape) pieces in turn, as one
-        generator (a run has a piece per span between finishes: one generator each cost more
-        than their steps)."""
-        per_work = self._attn_flops_per_work
-        per_position = self._kv_bytes_per_pos
-        compute_rate, mem_rate = self._compute_rate, self._mem_rate
-        fixed_by_shape = self._fixed_by_shape
-        for num_steps, shape in pieces:
-            # Unpacked at once: a piece's fields cost one instruction, not one lookup each.
-            n, decode_context, q, prefill_context, chunk_selects, fresh, new_selects, whole = shape
-            # Decodes: sum (2c + 1) over the batch; the chunk: q (2c + q). Both grow linearly. A
-            # new prompt's chunk (one-step runs only) adds q^2 on no context, as does each prompt
-            # admitted whole beside it.
-            if q or fresh or chunk_selects or new_selects:
-                # RunShape's new_positions, new_attention_work, num_seqs and num_selecting, from
-                # the fields at hand: four property calls cost more than the piece's other sums.
-                num_seqs = n + (1 if q else 0) + (1 if fresh else 0)
-                num_selecting = n + (1 if chunk_selects else 0) + (1 if new_selects else 0)
-                if whole:  # prompts admitted whole come with a newcomer only: rare
-                    fresh_positions, fresh_work = shape.new_positions, shape.new_attention_work
-                    num_seqs += len(whole)
-                    num_selecting += len(whole)
-                else:
-                    fresh_positions, fresh_work = fresh, fresh * fresh
-                attn_work = 2 * decode_context + n + q * (2 * prefill_context + q) + fresh_work
-                attn_step = 2 * n + 2 * q * q
-                kv_positions = decode_context + prefill_context + n + q + fresh_positions
-                kv_step = n + q
-                # The fixed terms from the cache, as for decodes, without the call that fills it.
-                key = (n + q + fresh_positions, num_seqs, num_selecting)
-                dense, comm, overhead = fixed_by_shape.get(key) or self._fixed_parts(*key)
-            else:  # decodes only (most pieces: a span between finishes), the same sums
-                attn_work, attn_step = 2 * decode_context + n, 2 * n
-                kv_positions, kv_step = decode_context + prefill_context + n, n
-                dense, comm, overhead = fixed_by_shape.get((n, n, n)) or self._fixed_parts(n, n, n)
-            if num_steps >= _MIN_STEPS_BOUND:
-                # Where one of attention's two terms is the larger by a margin at the piece's
-                # first and last steps, it is at every step between (both grow linearly, and
-                # the margin is far above their rounding): the other need not be computed.
-                last = num_steps - 1
-                attn_last, kv_last = attn_work + last * attn_step, kv_positions + last * kv_step
-                if attn_last < _EXACT_INTS and kv_last < _EXACT_INTS:
-                    compute_first, memory_first = attn_work * per_work / compute_rate, kv_positions * per_position / mem_rate
-                    compute_last, memory_last = attn_last * per_work / compute_rate, kv_last * per_position / mem_rate
-                    if memory_first > compute_first * _MARGIN and memory_last > compute_last * _MARGIN:
-                        for _ in repeat(None, num_steps):
-                            yield dense + kv_positions * per_position / mem_rate + comm + overhead
-                            kv_positions += kv_step
-                        continue
-                    if compute_first > memory_first * _MARGIN and compute_last > memory_last * _MARGIN:
-                        for _ in repeat(None, num_steps):
-                            yield dense + attn_work * per_work / compute_rate + comm + overhead
-                            attn_work += attn_step
-                        continue
-            for _ in repeat(None, num_steps):
-                # The same operations, in the same order, as _parts and _compute_time (whose
-                # maximum of two floats is the larger, the first at a tie, as here).
-                compute = attn_work * per_work / compute_rate
-                memory = kv_positions * per_position / mem_rate
-                yield dense + (memory if memory > compute else compute) + comm + overhead
-                attn_work += attn_step
-                kv_positions += kv_step
+    def _attention_time(self, attn_work: int, kv_positions: int) -> float:
+        """Attention's roofline: FLOPs 2 H_Q d L sum q (2c + q) against KV bytes read and written."""
+        return max(attn_work * self._attn_flops_per_work / self._compute_rate,
+                   kv_positions * self._kv_bytes_per_pos / self._mem_rate)
 
     def _fixed_parts(self, num_tokens: int, num_seqs: int, num_selecting: int) -> tuple[float, float, float]:
-        """_parts' dense, comm and overhead terms (they do not depend on context), kept by shape."""
-        key = (num_tokens, num_seqs, num_selecting)
-        fixed = self._fixed_by_shape.get(key)
-        if fixed is None:
-            if len(self._fixed_by_shape) >= _MAX_FIXED_SHAPES:
-                self._fixed_by_shape.clear()
-            dense, _, comm, overhead = self._parts(num_tokens, num_seqs, num_selecting, 0, 0, max)
-            fixed = self._fixed_by_shape[key] = (dense, comm, overhead)
-        return fixed
+        """The dense, comm and overhead terms (they do not depend on context)."""
+        weight_bytes = self._weight_bytes_with_head if num_selecting else self._weight_bytes_no_head
+        dense_flops = num_tokens * self._gemm_flops_per_token + num_selecting * self._lm_head_flops_per_select
+        dense_bytes = weight_bytes + num_tokens * self._act_bytes_per_token
+        dense = max(dense_flops / self._compute_rate, dense_bytes / self._mem_rate)
+        comm = num_tokens * self._comm_per_token + self._comm_fixed
+        overhead = self.step_overhead_s + num_seqs * self.per_seq_overhead_s
+        return dense, comm, overhead
 
     def transfer_time(self, plan: StepPlan) -> float:
         """Swap-in plus swap-out: per direction one latency and blocks x block bytes / link rate."""
@@ -272,33 +188,10 @@ class RooflineCostModel:
 
     def breakdown(self, plan: StepPlan) -> dict[str, float]:
         """The step's time by part (for reports and tests); their total is step_time's compute."""
-        num_tokens = plan.num_batched_tokens
-        sum_context = sum(s.context_len for s in plan.seqs)
-        attn_work = sum(s.num_new_tokens * (2 * s.context_len + s.num_new_tokens) for s in plan.seqs)
-        dense, attention, comm, overhead = self._parts(
-            num_tokens, len(plan.seqs), plan.num_selecting, attn_work, sum_context + num_tokens, max)
-        return {"dense_s": dense, "attention_s": attention, "comm_s": comm, "overhead_s": overhead,
-                "transfer_s": self.transfer_time(plan)}
-
-    # --- the arithmetic, shared by the scalar and vector paths so they agree bit for bit -------
-
-    def _parts(self, num_tokens: Any, num_seqs: Any, num_selecting: Any, attn_work: Any,
-               kv_positions: Any, maximum: Callable) -> tuple[Any, Any, Any, Any]:
-        weight_bytes = self._weight_bytes_with_head if num_selecting else self._weight_bytes_no_head
-        dense_flops = num_tokens * self._gemm_flops_per_token + num_selecting * self._lm_head_flops_per_select
-        dense_bytes = weight_bytes + num_tokens * self._act_bytes_per_token
-        dense = maximum(dense_flops / self._compute_rate, dense_bytes / self._mem_rate)
-        attention = maximum(attn_work * self._attn_flops_per_work / self._compute_rate,
-                            kv_positions * self._kv_bytes_per_pos / self._mem_rate)
-        comm = num_tokens * self._comm_per_token + self._comm_fixed
-        overhead = self.step_overhead_s + num_seqs * self.per_seq_overhead_s
-        return dense, attention, comm, overhead
-
-    def _compute_time(self, num_tokens: Any, num_seqs: Any, num_selecting: Any, attn_work: Any,
-                      kv_positions: Any, maximum: Callable) -> Any:
-        dense, attention, comm, overhead = self._parts(
-            num_tokens, num_seqs, num_selecting, attn_work, kv_positions, maximum)
-        return dense + attention + comm + overhead
+        num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan.seqs)
+        dense, comm, overhead = self._fixed_parts(num_tokens, len(plan.seqs), num_selecting)
+        return {"dense_s": dense, "attention_s": self._attention_time(attn_work, sum_context + num_tokens),
+                "comm_s": comm, "overhead_s": overhead, "transfer_s": self.transfer_time(plan)}
 
     # --- checks -----------------------------------------------------------------------------------
 
@@ -333,6 +226,21 @@ class RooflineCostModel:
             _check_number("transfer_latency_s", self.transfer_latency_s, allow_zero=True)
         if self.transfer_mode not in TRANSFER_MODES:
             raise ValueError(f"transfer_mode: expected one of {list(TRANSFER_MODES)}, found {self.transfer_mode!r}")
+
+
+def _sums(seqs: Iterable[ScheduledSeq]) -> tuple[int, int, int, int, int]:
+    """Sequences' positions processed, how many select, their context total, attention work
+    sum q (2c + q) and sum q^2 (integers: exact)."""
+    num_tokens = num_selecting = sum_context = attn_work = sum_squares = 0
+    for seq in seqs:
+        q, c = seq.num_new_tokens, seq.context_len
+        num_tokens += q
+        sum_context += c
+        attn_work += q * (2 * c + q)
+        sum_squares += q * q
+        if seq.selects_token:
+            num_selecting += 1
+    return num_tokens, num_selecting, sum_context, attn_work, sum_squares
 
 
 def _check_number(name: str, value: Any, *, upper: float | None = None, allow_zero: bool = False) -> None:

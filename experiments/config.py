@@ -56,6 +56,9 @@ class _BatchingCommon(_PolicyCommon):
     admission: Literal["optimistic", "reserve", "watermark"] = "optimistic"
     watermark: float = Field(0.01, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
+    # The order admission takes waiting requests in (policies.queues): arrival order, request
+    # priority (lower first), fewest tokens first, or longest cached prefix first (SGLang's lpm).
+    queue_order: Literal["fcfs", "priority", "shortest_prompt_first", "longest_prefix_match"] = "fcfs"
 
 
 class StaticPolicyConfig(_PolicyCommon):
@@ -133,6 +136,9 @@ class LimitsConfig(Strict):
     max_sim_time_s: float | None = Field(None, gt=0)
     max_wall_time_s: float | None = Field(None, gt=0)
     check_invariants: bool = False
+    # Take runs of steps certain to follow a planned one at once (policies.accelerate); the
+    # results are identical either way, false gives the plain loop (one step at a time).
+    fast_forward: bool = True
 
 
 class OutputConfig(Strict):

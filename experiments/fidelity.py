@@ -39,6 +39,7 @@ from backends.profiled import SHAPE_COLUMNS, plan_shape, read_profile, step_kind
 from backends.registry import build_cost_model
 from experiments.config import CostModelConfig, Experiment, OutputConfig
 from experiments.runner import ExperimentRun, resolve_kv, run_experiment
+from simcore.clock import duration_ticks, to_seconds
 from simcore.errors import ConfigError, ServesimError
 from simcore.model import DTYPE_BYTES
 from simcore.paths import expand_home
@@ -76,7 +77,9 @@ class RecordingCostModel:
         seconds = self.inner.step_time(plan)
         self.last_step_extras = step_extras(self.inner)
         self.plans.append(light_plan(plan))
-        self.measured.append(seconds)
+        # The step's time as the clock counts it (to the tick), which is what its record shows
+        # (one the clock refuses is the engine's to report).
+        self.measured.append(to_seconds(duration_ticks(seconds)) if 0 < seconds < math.inf else seconds)
         self.gpu_time.append(self.last_step_extras.get("gpu_time_s", math.nan))
         return seconds
 

@@ -17,6 +17,7 @@ from backends.registry import build_cost_model
 from experiments.config import Experiment, policy_labels
 from experiments.io import atomic_write_text, write_json, write_table
 from experiments.request_sink import RequestSink
+from policies.accelerate import accelerator_for
 from policies.registry import make_policy
 from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
@@ -86,7 +87,11 @@ def run_experiment(
     out_dir: Path | None = None,
     echo=None,  # noqa: ANN001 - callable printing progress lines, or None
     wrap_cost_model=None,  # noqa: ANN001 - callable(CostModel) -> CostModel, e.g. to record plans
+    fast_forward: bool | None = None,
 ) -> ExperimentRun:
+    """Simulate every policy of `exp` on one workload; with `out_dir`, write the results there.
+    `fast_forward` overrides the experiment's `limits.fast_forward` (runs of steps taken at
+    once by `policies.accelerate`; identical results either way)."""
     source_str = str(source) if source is not None else None
     base_dir = Path(source).parent if source is not None else Path.cwd()
     kv = resolve_kv(exp, source=source_str)
@@ -118,6 +123,8 @@ def run_experiment(
         seed=exp.seed, source=Path(source) if source is not None else None,
     )
     limits = RunLimits(exp.limits.max_sim_time_s, exp.limits.max_wall_time_s, exp.limits.check_invariants)
+    if fast_forward is None:
+        fast_forward = exp.limits.fast_forward
     for index, (label, policy_cfg) in enumerate(zip(labels, exp.policies)):
         cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
         if wrap_cost_model is not None:
@@ -140,7 +147,9 @@ def run_experiment(
         if out_dir is not None and exp.output.format == "parquet":
             (out_dir / label).mkdir(parents=True, exist_ok=True)
             spill = out_dir / label / ".steps.parquet.partial"
-        result = simulate(template, policy, cost_model, limits=limits, on_finished=sink.add, steps_spill=spill)
+        accelerator = accelerator_for(policy) if fast_forward else None
+        result = simulate(template, policy, cost_model, limits=limits, accelerator=accelerator,
+                          on_finished=sink.add, steps_spill=spill)
         sink.add([*result.finished, *result.rejected, *result.unfinished])
         frame = sink.frame()
         if limits.check_invariants:
@@ -181,8 +190,8 @@ def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # no
         "sim_time_s": result.sim_time_s,
         "num_preemptions_recompute": policy.tally.preemptions["recompute"],
         "num_preemptions_swap": policy.tally.preemptions["swap"],
-        "bytes_swapped_out": policy.tally.blocks_swapped_out * policy.plan_extras.block_bytes,
-        "bytes_swapped_in": policy.tally.blocks_swapped_in * policy.plan_extras.block_bytes,
+        "bytes_swapped_out": policy.tally.blocks_swapped_out * policy.block_bytes,
+        "bytes_swapped_in": policy.tally.blocks_swapped_in * policy.block_bytes,
         "transfer_time_s": result.steps.extra_totals.get("transfer_s", 0.0),
         "num_host_prefix_hit_blocks": policy.tally.host_prefix_hit_blocks,
         "mean_swap_delay_ms": _mean_ms(frame.loc[frame["num_swaps"] > 0, "swap_delay_s"]),

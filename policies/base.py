@@ -1,53 +1,38 @@
-"""Machinery every policy shares: queues, admission, preemption, swaps, and `complete()`.
+"""The scheduler every policy is: queues, blocks, and each scheduling rule written once.
 
 A policy is synchronous and contains no SimPy. The engine calls `add()` on arrival,
 `schedule(now)` for the next `StepPlan`, and `complete(plan, now)` once the step's time has
-passed. Each request simply catches its processed count up to its known tokens (vLLM v1's
+passed. A policy subclass writes only `fill`: the order in which a step takes its work (the
+running decodes, prompts in progress, swapped-out requests, the queue), each by the rules
+below. Each request simply catches its processed count up to its known tokens (vLLM v1's
 view): there is no separate prefill or decode phase, so chunked prefill, prefix hits and
 recompute after preemption all fall out of the same counters.
+
+Three small predicates tell an accelerator (`policies.accelerate`) when the next steps are
+certain without planning each: `only_continues_next`, `arrival_waits` and `runs_past_finishes`
+(see docs/policies.md, "Writing a policy").
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from policies.budget import StepBudget
-from policies.fast_path import (
-    StretchMixin,
-    request_ids,
-    steps_left,
-    steps_to_first_finish,
-    total_context,
-)
 from policies.host_pool import HostPool
-from policies.host_prefix import HostPrefixCache
-from policies.prefix_reuse import NO_HIT, PrefixReuseMixin
-from policies.readmit_cycle import ReadmitCycleMixin
-from policies.stretch import DecoderCarry
+from policies.prefix_reuse import NO_HIT, PrefixReuse
+from policies.queues import WaitingQueue, make_order
 from policies.tally import Tally
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
-from simcore.plan import NO_BLOCK_ID, DecodeGroup, ScheduledSeq, StepPlan, StepSeqs
+from simcore.plan import NO_BLOCK_ID, ScheduledSeq, StepPlan
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
 
-# Members read once here: reading one from its class costs about 0.15 us on Python 3.11 (a
-# module global, 0.01 us), and every request is added, admitted and finished (and each step
-# planned one at a time tests every decoder's).
-_WAITING, _RUNNING, _FINISHED = Status.WAITING, Status.RUNNING, Status.FINISHED
-
 Admission = Literal["optimistic", "reserve", "watermark"]
 Preemption = Literal["recompute", "swap"]
-
-
-@dataclass(frozen=True, slots=True)
-class PlanExtras:
-    """What a policy's step plans carry beyond the schedule, for the cost model."""
-
-    block_tables: bool = False  # each sequence's block table (a real engine reads them)
-    block_bytes: int = 0  # the bytes a KV block holds (a swap's link time)
 
 
 @dataclass
@@ -68,10 +53,39 @@ class SchedulerOptions:
     max_model_len: int | None = None
     # Selection/delivery time added after the step that selects an output (TTFT's third term).
     delivery_s: float = 0.0
+    # The order admission takes waiting requests in (policies.queues).
+    queue_order: str = "fcfs"
 
 
-class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
+def _no_table(request_id: int) -> tuple[int, ...]:
+    """The block table a plan's sequence carries where no one reads it: none."""
+    return ()
+
+
+class PlanBuilder:
+    """The plan of the step being scheduled, as the rules add to it."""
+
+    __slots__ = ("seqs", "copies", "swap_out", "swap_in", "preempted", "admitted", "scheduled", "pinned_host")
+
+    def __init__(self) -> None:
+        self.seqs: list[ScheduledSeq] = []
+        self.copies: list[tuple[int, int]] = []
+        self.swap_out: list[tuple[int, int]] = []
+        self.swap_in: list[tuple[int, int]] = []
+        self.preempted: list[int] = []
+        self.admitted: list[int] = []
+        # Requests already in the step (a victim is never one of them).
+        self.scheduled: set[int] = set()
+        # Host blocks read by this plan's swap-ins: not to be overwritten by its swap-outs.
+        self.pinned_host: set[int] = set()
+
+
+class Scheduler:
     name = "base"
+    # Whether this class's own `fill` is what the predicates below (what accelerators ask)
+    # describe. The generic accelerator takes runs only of a policy whose `fill` comes from a
+    # class that says so: a subclass that writes its own `fill` says it again, or is stepped.
+    accelerable = False
 
     def __init__(
         self,
@@ -83,16 +97,16 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         emit_block_tables: bool = False,
         block_bytes: int = 0,
     ) -> None:
-        # A policy keeps at most 29 attributes, these and the engine's (a few more, and every
-        # read of them is slower: tests/test_policy_attributes.py).
+        if options.preemption == "swap" and host is None:
+            raise ValueError("preemption 'swap' needs a host tier (kv_cache.host_memory_gib > 0)")
         self.options = options
         self.bm = block_manager
-        self.hasher = hasher
         self.host = host
-        self.plan_extras = PlanExtras(emit_block_tables, block_bytes)
-        # Plan a step's decodes as one DecodeGroup (set by the engine's fast path).
-        self.group_decodes = False
-        self.waiting: deque[Request] = deque()
+        # Each plan's sequences carry their block tables (a real engine reads them).
+        self.emit_block_tables = emit_block_tables
+        # Bytes a KV block holds (a swap's link time).
+        self.block_bytes = block_bytes
+        self.waiting = WaitingQueue(make_order(options.queue_order, prefix_caching=block_manager.enable_prefix_caching))
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
         self.finished: list[Request] = []
@@ -102,29 +116,20 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         self.itl = ItlLog()
         self.num_resident_tokens = 0
         self.tally = Tally()
-        self._prefix: dict[int, tuple[list[int], list[tuple]]] = {}
-        self._preempted_at: dict[int, tuple[float, int, str]] = {}
-        # How many running requests, from the oldest, are known to be decoding (`_all_decoding`
-        # holds for them) without a pass over the batch: set where a step or a run ends, from
-        # what it did; 0 (unknown) while a step is planned.
-        self._num_known_decoding = 0
-        # As the step now planned began: how many of the running requests, from the oldest,
-        # were known to decode, and whether that was all of them.
-        self._decoding_before_step: tuple[int, bool] = (0, False)
-        # What the last run of steps left of its decoders for the next plan (fast path only).
-        self._carry: DecoderCarry | None = None
-        self._now = 0.0
-        self._plan: _PlanBuilder | None = None
-        self.host_prefix: HostPrefixCache | None = None
+        self.prefix = PrefixReuse(block_manager, hasher, host, self.tally)
         # Admissions count the positions they query the prefix cache for (vLLM's convention):
         # where it is on, or where it is asked for but could never hit (see the runner).
         self.counts_prefix_queries = block_manager.enable_prefix_caching
-        if options.preemption == "swap" and host is None:
-            raise ValueError("preemption 'swap' needs a host tier (kv_cache.host_memory_gib > 0)")
+        # Request id -> (when it was preempted, its processed positions then, "swap"/"recompute"):
+        # the delay until it is back there is charged to it.
+        self.preempted_at: dict[int, tuple[float, int, str]] = {}
+        self._now = 0.0
+        self._builder: PlanBuilder | None = None
 
-    # ---- the engine's three calls ---------------------------------------------------------
+    # ---- the engine's calls ---------------------------------------------------------------
 
     def add(self, request: Request, now: float) -> None:
+        """A request arrives: queue it, or reject it with a reason if it can never run."""
         reason = self.rejection_reason(request)
         if reason is not None:
             request.status = Status.REJECTED
@@ -132,105 +137,96 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             request.finish_s = now
             self.rejected.append(request)
             return
-        request.status = _WAITING
+        request.status = Status.WAITING
         self.by_id[request.request_id] = request
-        self.waiting.append(request)
+        self.waiting.add(request)
 
     def schedule(self, now: float) -> StepPlan | None:
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
-        self._carry = None  # the step may change any running request
-        self._decoding_before_step = (self._num_known_decoding, self._num_known_decoding == len(self.running))
-        self._num_known_decoding = 0
-        self._plan = _PlanBuilder()
-        self._fill(now)
-        while not self._plan.num_seqs and not self._plan.swap_out and self._plan.preempted:
+        self.waiting.sort_by_prefix(self._cached_prefix_positions)
+        self._begin_plan()
+        self.fill(now)
+        builder = self._builder
+        while not builder.seqs and not builder.swap_out and builder.preempted:
             # Preempting freed blocks but nothing ran: plan again with the room now available.
-            preempted = self._plan.preempted
-            self._plan = _PlanBuilder()
-            self._plan.preempted.extend(preempted)
-            self._fill(now)
-            if self._plan.preempted == preempted and not self._plan.num_seqs:
+            preempted = builder.preempted
+            builder = self._begin_plan()
+            builder.preempted.extend(preempted)
+            self.fill(now)
+            if builder.preempted == preempted and not builder.seqs:
                 break
         return self._end_plan()
 
-    def _fill(self, now: float) -> None:
-        """Put this step's work into `self._plan` (each policy's own admission and running loops)."""
+    def fill(self, now: float) -> None:
+        """Put this step's work into the plan being built: the policy's own order of work."""
         raise NotImplementedError
 
     def complete(self, plan: StepPlan, now: float) -> list[Request]:
-        """Advance every scheduled request by its processed tokens; select outputs; retire."""
-        done: list[Request] = []
-        gaps: list[float] = []
-        seqs = plan.seqs
-        if plan.decodes is not None:
-            self._complete_decodes(plan.decodes, now, gaps, done)
-            seqs = seqs.others
-        for seq in seqs:
-            request = self.by_id[seq.request_id]
+        """The step ended at `now`: advance every scheduled request by its processed positions,
+        select outputs, retire the finished (returned)."""
+        by_id, prefix, preempted_at = self.by_id, self.prefix, self.preempted_at
+        selecting: list[Request] = []
+        for seq in plan.seqs:
+            request = by_id[seq.request_id]
             before = request.num_processed
             request.num_processed = before + seq.num_new_tokens
-            self.num_resident_tokens += seq.num_new_tokens
-            if self.bm.enable_prefix_caching:
-                self._register_full_blocks(request, before)
-            if request.request_id in self._preempted_at:
-                self._note_resumed(request, now)
+            if prefix.enabled:
+                prefix.register_full_blocks(request, before)
+            if preempted_at and request.request_id in preempted_at:
+                self.note_resumed(request, now)
             if seq.selects_token:
-                self._select_output(request, now, gaps)
-                if request.is_finished:
-                    done.append(request)
+                selecting.append(request)
+        self.num_resident_tokens += plan.num_batched_tokens
+        gaps = self.select_outputs(selecting, now)
         if gaps:
             self.itl.add_gaps(gaps)
+        done = [request for request in selecting if request.num_outputs >= request.num_target_outputs]
         for request in done:
-            self._finish(request, now + self.options.delivery_s)
-        # Requests outside the plan are as they were; those in it decode now if each selected.
-        if self._decoding_before_step[1] and plan.num_selecting == len(plan.seqs):
-            self._num_known_decoding = len(self.running)
+            self.finish(request, now + self.options.delivery_s)
         return done
 
-    def _select_output(self, request: Request, now: float, gaps: list[float]) -> None:
-        """A pass that ended at `now` covered the request's last known token: one more output."""
-        request.num_outputs += 1
-        if request.prefill_done_s is None:
-            request.prefill_done_s = now
-        delivered = now + self.options.delivery_s
-        if request.last_token_s is None:
-            request.first_token_s = delivered
-        else:
-            gaps.append(delivered - request.last_token_s)
-        request.last_token_s = delivered
-
-    def _complete_decodes(self, group: DecodeGroup, now: float, gaps: list[float], done: list[Request]) -> None:
-        """`complete` for a decode group: the same updates, read and written in tight passes."""
-        requests = list(map(self.by_id.__getitem__, group.request_ids))
-        delivered = now + self.options.delivery_s
-        gaps.extend([delivered - request.last_token_s for request in requests])
-        preempted = self._preempted_at
-        if self.bm.enable_prefix_caching:
-            for request in requests:
-                before = request.num_processed
-                request.num_processed = before + 1
-                request.num_outputs += 1
-                request.last_token_s = delivered
-                self._register_full_blocks(request, before)
-        else:
-            for request in requests:
-                request.num_processed += 1
-                request.num_outputs += 1
-                request.last_token_s = delivered
-        if preempted:
-            # Under memory pressure some victim is nearly always waiting: look up the few that
-            # decode here rather than test every request (each only updates its own delays).
-            for request_id in preempted.keys() & group.request_ids:
-                self._note_resumed(self.by_id[request_id], now)
-        self.num_resident_tokens += len(requests)
-        if steps_to_first_finish(requests) <= 0:
-            done.extend(r for r in requests if r.num_outputs >= r.num_target_outputs)
-
     def has_work(self) -> bool:
+        """Whether anything is queued, running or swapped out."""
         return bool(self.waiting or self.running or self.swapped)
 
-    # ---- checks ---------------------------------------------------------------------------
+    # ---- what accelerators ask (docs/policies.md, "Writing a policy") ---------------------
+    # Each a claim about `fill`; the equivalence tests (tests/test_accelerate.py) check them.
+
+    def only_continues_next(self, plan: StepPlan) -> bool:
+        """Whether the step after `plan` (just planned), if no request is delivered before it
+        and its blocks suffice, only continues the running requests, each of them (a decode, or
+        a prompt's next chunk): it has budget for every decode, and starts nothing (admits no
+        waiting request, resumes no swapped one) because nothing waits or is swapped out, or
+        because `plan` only decoded every running request, so its admission and swap-in found
+        too little room (seats, budget, blocks), which the next step has no more of. Not with
+        a prefix cache while requests wait: blocks the decodes fill can give the queue new hits."""
+        if len(self.running) > min(self.options.max_num_batched_tokens, self.options.max_num_seqs):
+            return False
+        if not self.waiting and not self.swapped:
+            return True
+        if self.prefix.enabled:
+            return False
+        return plan.num_decode_tokens == len(plan.seqs) == len(self.running) and not plan.admitted_ids \
+            and not plan.preempted_ids and not plan.blocks_to_swap_in
+
+    def arrival_waits(self, request: Request) -> bool:
+        """Whether `request`, arriving now, could not start before a running request finishes
+        while the batch only decodes (after a step that admitted nothing): no seat is free, or
+        it would queue behind a head admission is stuck at (admission keeps the queue's order
+        and stops at the first request it cannot take), or behind a swapped-out request, which
+        comes back before any admission."""
+        if len(self.running) >= self.options.max_num_seqs or self.swapped:
+            return True
+        return bool(self.waiting) and not self.waiting.would_lead(request)
+
+    def runs_past_finishes(self) -> bool:
+        """Whether a running request's finish changes nothing for the others but the batch size:
+        nothing waits for the seat and blocks it frees, and blocks are counted, not named (a
+        freed block's id would change which block the next decode takes)."""
+        return not self.bm.tracks_block_ids and not self.waiting and not self.swapped
+
+    # ---- rules: what can run at all --------------------------------------------------------
 
     def rejection_reason(self, request: Request) -> str | None:
         """Why a request can never run under this configuration, or None."""
@@ -269,185 +265,76 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         )
 
     def num_watermark_blocks(self) -> int:
+        """Blocks admission keeps free for running requests to grow into."""
         if self.options.admission != "watermark":
             return 0
         return int(self.options.watermark * self.bm.num_blocks)
 
-    # ---- building a step ------------------------------------------------------------------
+    def admission_reserve(self, request: Request) -> int:
+        """Positions admission allocates blocks for up front (reserve admission: all of them)."""
+        return request.num_final_positions if self.options.admission == "reserve" else 0
 
-    def _end_plan(self) -> StepPlan | None:
-        builder = self._plan
-        self._plan = None
-        # A step with no sequence still happens if it moves blocks (a swap-out that made room).
-        if builder is None or not (builder.num_seqs or builder.swap_out or builder.swap_in):
-            return None
-        self.num_steps += 1
-        seqs = tuple(builder.seqs)
-        return StepPlan(
-            step_id=self.num_steps - 1,
-            seqs=StepSeqs(builder.decodes, seqs) if builder.decodes is not None else seqs,
-            blocks_to_copy=tuple(builder.copies),
-            blocks_to_swap_out=tuple(builder.swap_out),
-            blocks_to_swap_in=tuple(builder.swap_in),
-            block_bytes=self.plan_extras.block_bytes,
-            preempted_ids=tuple(builder.preempted),
-        )
+    def blocks_to_admit(self, request: Request, num_positions: int) -> int:
+        """Blocks admission must find free to admit a waiting request with its first
+        `num_positions` positions (reserve admission: blocks for every position it will hold)."""
+        return self.bm.blocks_for(self.admission_reserve(request) or num_positions)
 
-    def _add_seq(self, request: Request, num_new: int) -> None:
-        """Put `num_new` positions of a request (blocks already appended) into the plan."""
-        builder = self._plan
+    # ---- rules: admission ------------------------------------------------------------------
+
+    # Whether admission takes whole prompts only (continuous batching) or a first chunk.
+    admits_whole_prompts = False
+
+    def first_chunk_limit(self, request: Request) -> int:
+        """Most positions of a waiting request admission runs in its first step."""
+        return request.num_tokens
+
+    def admit_waiting(self, budget: StepBudget, now: float) -> None:
+        """Admit from the head of the queue while seats and budget last; stop at the first
+        request that cannot be admitted (admission keeps the queue's order)."""
+        builder = self._builder
         assert builder is not None
-        context = request.num_processed
-        prompt_len = request.prompt_len
-        builder.seqs.append(ScheduledSeq(  # positional: the fields in order (cheaper than keywords)
-            request.request_id, num_new, context, context + num_new == prompt_len + request.num_outputs, prompt_len,
-            self.bm.table(request.request_id) if self.plan_extras.block_tables else (), request.prompt_token_ids,
-            request.segments,
-        ))
-        builder.scheduled.add(request.request_id)
+        admission = StepBudget(budget.num_tokens, min(budget.num_seqs, self.options.max_num_seqs - len(self.running)))
+        while self.waiting and not admission.is_spent:
+            request = self.waiting[0]
+            if self.admits_whole_prompts and not builder.seqs and request.num_tokens > admission.num_tokens:
+                # A recompute of prompt + outputs may exceed the budget; it then runs alone.
+                admission.num_tokens = request.num_tokens
+            taken = self.try_admit(request, admission, now)
+            if taken == 0:
+                return
+            budget.take(taken)
 
-    def _schedule_running(self, request: Request, num_new: int) -> bool:
-        """Make room for `num_new` more positions of a running request, preempting if needed.
-
-        Victims are the lowest-priority running requests not yet in this step (the most
-        recently admitted first, as vLLM does). Returns False if the request itself was preempted.
-        """
-        builder = self._plan
-        assert builder is not None
-        while not self.bm.can_append(request.request_id, num_new):
-            victim = self._pick_victim(exclude=builder.scheduled)
-            if victim is None or victim is request:
-                self._preempt(request)
-                return False
-            self._preempt(victim)
-        builder.copies.extend(self.bm.append(request.request_id, num_new))
-        self._add_seq(request, num_new)
-        return True
-
-    def _schedule_decodes(self, decoders: list[Request], budget: StepBudget, *, all_decoding: bool = False) -> None:
-        """One position for each decoding request: in bulk when every new block is at hand,
-        else one by one with preemption. Both ways allocate in the same order."""
-        builder = self._plan
-        assert builder is not None
-        ids = request_ids(decoders)
-        firsts = self.bm.first_new_block_steps(ids)
-        fits = bool(decoders) and len(decoders) <= min(budget.num_tokens, budget.num_seqs)
-        room = fits and self.bm.max_decode_steps(ids, 1, firsts) == 1
-        if fits and not room and not self.bm.tracks_block_ids and not builder.scheduled:
-            num_kept = self._preempt_for_decodes(decoders, firsts)
-            decoders, ids, firsts = decoders[:num_kept], ids[:num_kept], firsts[:num_kept]
-            # The kept prefix has its blocks now (asked again: the block manager has the last word).
-            room = bool(decoders) and self.bm.max_decode_steps(ids, 1, firsts) == 1
-        if room:
-            self.bm.append_decode_steps(ids, 1, firsts)
-            if self.group_decodes and not self.plan_extras.block_tables and not builder.num_seqs \
-                    and (all_decoding or self._all_decoding(decoders)):
-                contexts = tuple([request.num_processed for request in decoders])
-                builder.decodes = DecodeGroup(tuple(ids), contexts, tuple([request.prompt_len for request in decoders]),
-                                              sum(contexts))
-            else:
-                self._add_decode_seqs(decoders)
-            builder.scheduled.update(ids)
-            budget.num_tokens -= len(decoders)
-            budget.num_seqs -= len(decoders)
-            return
-        for request in decoders:
-            # Status, not `in self.running`: a scan per request made memory-tight steps quadratic.
-            if request.status is _RUNNING and not budget.is_spent:
-                if self._schedule_running(request, 1):
-                    budget.take(1)
-
-    def _preempt_for_decodes(self, decoders: list[Request], firsts: list[int]) -> int:
-        """Preempt exactly as the one-by-one loop below would when blocks are short; returns how
-        many decoders (a prefix) keep their place (see `_decode_victims`)."""
-        num_kept, victims = self._decode_victims(decoders, firsts)
-        for victim in victims:
-            self._preempt(victim)
-        return num_kept
-
-    def _decode_victims(self, decoders: list[Request], firsts: list[int]) -> tuple[int, list[Request]]:
-        """Who the decodes of `decoders` (next new-block steps `firsts`) preempt when blocks are
-        short, worked out without preempting: (how many decoders, a prefix, keep their place,
-        the victims in the order they go).
-
-        Each decoder in turn that needs a block while none is free takes the newest running
-        requests' blocks; a decoder that would be the next victim is preempted itself, and so
-        are all after it. Worked out on counts, so only where block ids carry no meaning.
-        """
-        running = self.running
-        held = self.bm.num_table_blocks
-        free = self.bm.num_free_blocks
-        back = len(running)
-        victims: list[Request] = []
-        victim_ids: set[int] = set()
-        for index, (request, first) in enumerate(zip(decoders, firsts)):
-            if request.request_id in victim_ids:
-                return index, victims  # preempted already, as is every decoder after it
-            if first > 1:
-                continue  # its block has room for this step's position
-            while free == 0:
-                back -= 1
-                victim = running[back]
-                if victim is request:
-                    victims.append(request)
-                    return index, victims
-                victims.append(victim)
-                victim_ids.add(victim.request_id)
-                free += held[victim.request_id]
-            free -= 1
-        return len(decoders), victims
-
-    def _add_decode_seqs(self, decoders: list[Request]) -> None:
-        builder = self._plan
-        assert builder is not None
-        tables = self.plan_extras.block_tables
-        for request in decoders:
-            builder.seqs.append(ScheduledSeq(
-                request.request_id, 1, request.num_processed, True, request.prompt_len,
-                self.bm.table(request.request_id) if tables else (), request.prompt_token_ids,
-                request.segments,
-            ))
-
-    def _pick_victim(self, exclude: set[int]) -> Request | None:
-        for candidate in reversed(self.running):
-            if candidate.request_id not in exclude:
-                return candidate
-        return None
-
-    def _try_admit(
-        self, request: Request, budget: StepBudget, max_chunk: int, now: float, *, whole: bool = False
-    ) -> int:
-        """Admit a waiting request with a first chunk of up to `max_chunk` positions.
+    def try_admit(self, request: Request, budget: StepBudget, now: float) -> int:
+        """Admit a waiting request with its first chunk (`first_chunk_limit`, within `budget`).
 
         Returns the positions scheduled (0 if it cannot be admitted now). A prefix-cache hit
         counts as already processed; at least the last known token is always computed, since
-        a KV-only cache holds no logits (seed 21.4).
+        a KV-only cache holds no logits (seed 21.4). Blocks: those the chunk needs (all it will
+        hold under reserve admission), while the watermark stays free.
         """
-        hit = self._lookup_prefix(request)
-        host_hits = self._lookup_host_prefix(request, hit)
+        hit = self.prefix.lookup(request)
+        host_hits = self.prefix.lookup_host(request, hit)
         num_hit = (hit.num_blocks + len(host_hits)) * self.bm.block_size
         pending = request.num_tokens - num_hit
-        chunk = min(pending, max_chunk, budget.num_tokens)
-        if chunk <= 0 or budget.num_seqs <= 0 or (whole and chunk < pending):
+        chunk = min(pending, self.first_chunk_limit(request), budget.num_tokens)
+        if chunk <= 0 or budget.num_seqs <= 0 or (self.admits_whole_prompts and chunk < pending):
             return 0
+        # Evictable blocks the hit revives leave the free count.
         revived = sum(1 for b in hit.block_ids if self.bm.ref_counts[b] == 0) if hit.block_ids else 0
-        need = self._blocks_to_admit(request, num_hit + chunk) - hit.num_blocks
+        need = self.blocks_to_admit(request, num_hit + chunk) - hit.num_blocks
         if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
             return 0
-        self._admit(request, now, self._admission_reserve(request), hit, num_hit)
+        self._admit(request, now, hit, num_hit)
         if host_hits:
-            self._reload_from_host(request, hit.num_blocks, host_hits)
-        assert self._plan is not None
-        self._plan.copies.extend(self.bm.append(request.request_id, chunk))
-        self._add_seq(request, chunk)
+            self.prefix.reload_from_host(request, hit.num_blocks, host_hits)
+        self._run(request, chunk)
         budget.take(chunk)
         return chunk
 
-    def _admit(self, request: Request, now: float, reserve_positions: int = 0, hit: PrefixHit = NO_HIT,
-               num_hit: int = 0) -> None:
+    def _admit(self, request: Request, now: float, hit: PrefixHit = NO_HIT, num_hit: int = 0) -> None:
         """Move a waiting request to the running batch with blocks for its prefix hit (its
         positions are scheduled by the caller)."""
-        self.bm.allocate(request.request_id, reserve_positions, hit)
+        self.bm.allocate(request.request_id, self.admission_reserve(request), hit)
         self.waiting.remove(request)
         if self.counts_prefix_queries:
             # vLLM's convention: every lookup queries the request's known tokens.
@@ -458,17 +345,62 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             request.num_cached_prefix = num_hit
         request.num_processed = num_hit
         self.num_resident_tokens += num_hit
-        request.status = _RUNNING
+        request.status = Status.RUNNING
         self.running.append(request)
+        self._builder.admitted.append(request.request_id)  # type: ignore[union-attr]
 
-    # ---- preemption and swaps -------------------------------------------------------------
+    def _cached_prefix_positions(self, request: Request) -> int:
+        """Positions of the request's prompt the device cache holds (longest prefix match)."""
+        return self.prefix.lookup(request).num_blocks * self.bm.block_size
 
-    def _preempt(self, victim: Request) -> None:
+    # ---- rules: running requests and preemption --------------------------------------------
+
+    def schedule_decodes(self, decoders: list[Request], budget: StepBudget) -> None:
+        """One position for each decoding request, in batch order, each making room first
+        (`schedule_running`): the blocks all of them need are taken at once where they are free
+        and the budget fits them all (no one is preempted then: the same blocks, in the same
+        order)."""
+        num_decodes = len(decoders)
+        if not num_decodes:
+            return
+        ids = [request.request_id for request in decoders]
+        firsts = self.bm.first_new_block_steps(ids)
+        if num_decodes <= min(budget.num_tokens, budget.num_seqs) and self.bm.max_decode_steps(ids, 1, firsts) == 1:
+            self.bm.append_decode_steps(ids, 1, firsts)
+            self._add_seqs(decoders, 1)
+            budget.num_tokens -= num_decodes
+            budget.num_seqs -= num_decodes
+            return
+        for request in decoders:
+            # Status, not `in self.running`: a scan per request made memory-tight steps quadratic.
+            if request.status is Status.RUNNING and not budget.is_spent:
+                if self.schedule_running(request, 1):
+                    budget.take(1)
+
+    def schedule_running(self, request: Request, num_new: int) -> bool:
+        """Make room for `num_new` more positions of a running request, preempting if needed,
+        and put them in the plan. Victims are chosen by the queue order among running requests
+        not yet in this step (FCFS: the most recently admitted, as vLLM). Returns False if the
+        request itself was preempted."""
+        builder = self._builder
+        assert builder is not None
+        while not self.bm.can_append(request.request_id, num_new):
+            victim = self.waiting.order.pick_victim(self.running, builder.scheduled)
+            if victim is None or victim is request:
+                self.preempt(request)
+                return False
+            self.preempt(victim)
+        self._run(request, num_new)
+        return True
+
+    def preempt(self, victim: Request) -> None:
         """Take a running request off the device: swap its KV to the host, or drop it for recompute."""
-        builder = self._plan
+        builder = self._builder
         assert builder is not None
         builder.preempted.append(victim.request_id)
-        self._take_off_running(victim)
+        self.running.remove(victim)
+        victim.num_preemptions += 1
+        self.num_resident_tokens -= victim.num_processed
         if self.options.preemption == "swap" and self.host is not None and victim.num_processed > 0:
             reason = self.readmission_reason(victim)
             if reason is not None:
@@ -477,23 +409,17 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
                 self._reject_preempted(victim, "swap", reason)
                 return
             table = self._device_blocks(victim.request_id)
-            if self.host_prefix is not None:
-                self.host_prefix.make_room(len(table), pinned=builder.pinned_host)
+            if self.prefix.host_prefix is not None:
+                self.prefix.host_prefix.make_room(len(table), pinned=builder.pinned_host)
             if self.host.can_hold(len(table)):
                 self._swap_out(victim, table)
                 return
         self._drop_for_recompute(victim)
 
-    def _take_off_running(self, victim: Request) -> None:
-        """A preempted request leaves the running batch (where its KV goes is the caller's)."""
-        self.running.remove(victim)
-        victim.num_preemptions += 1
-        self.num_resident_tokens -= victim.num_processed
-
     def _drop_for_recompute(self, victim: Request) -> None:
-        """A victim off the running batch loses its KV: it waits at the head of the queue to be
-        computed again (prompt and outputs), unless admission could never take it again: then
-        it is rejected with the outputs it has (vLLM ignores it), rather than wait forever."""
+        """A victim off the running batch loses its KV: it waits to be computed again (prompt
+        and outputs), unless admission could never take it again: then it is rejected with the
+        outputs it has (vLLM ignores it), rather than wait forever."""
         self.bm.free(victim.request_id)
         reason = self.readmission_reason(victim)
         if reason is not None:
@@ -503,15 +429,15 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         victim.num_recomputed_tokens += victim.num_processed
         victim.num_processed = 0
         victim.status = Status.WAITING
-        self.waiting.appendleft(victim)
+        self.waiting.add_preempted(victim)
         self.tally.preemptions["recompute"] += 1
 
     def _reject_preempted(self, victim: Request, kind: str, reason: str) -> None:
         """A victim (off the batch, its blocks freed) that could never come back is rejected
         with the outputs it has, at the preemption (`readmission_reason`)."""
         self.tally.preemptions[kind] += 1
-        self._prefix.pop(victim.request_id, None)
-        self._preempted_at.pop(victim.request_id, None)
+        self.prefix.forget(victim.request_id)
+        self.preempted_at.pop(victim.request_id, None)
         del self.by_id[victim.request_id]
         victim.num_processed = 0
         victim.status = Status.REJECTED
@@ -519,12 +445,32 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         victim.finish_s = self._now
         self.rejected.append(victim)
 
+    def _mark_preempted(self, victim: Request, kind: str) -> None:
+        """Note when and where a preemption found `victim`, so that the time until it is back
+        there is charged to it (`note_resumed`). A request preempted again before it got back
+        (a recompute caught part way) keeps the first: its delay runs from that preemption to
+        that position, not from the later one to the lower point it had regained."""
+        self.preempted_at.setdefault(victim.request_id, (self._now, victim.num_processed, kind))
+
+    def note_resumed(self, request: Request, now: float) -> None:
+        """Charge the time from preemption until the request is back where it was."""
+        since, target, kind = self.preempted_at[request.request_id]
+        if request.num_processed < target:
+            return
+        del self.preempted_at[request.request_id]
+        if kind == "swap":
+            request.swap_delay_s += now - since
+        else:
+            request.recompute_delay_s += now - since
+
+    # ---- rules: the host tier --------------------------------------------------------------
+
     def _swap_out(self, victim: Request, table: tuple[int, ...]) -> None:
         """Copy a victim's blocks to the host tier and release them on the device."""
-        assert self._plan is not None and self.host is not None
+        assert self._builder is not None and self.host is not None
         positions = self.bm.stored_positions(victim.request_id)
         host_blocks = self.host.store(victim.request_id, len(table), min(positions, victim.num_processed))
-        self._plan.swap_out.extend(zip(table, host_blocks))
+        self._builder.swap_out.extend(zip(table, host_blocks))
         self.tally.blocks_swapped_out += len(table)
         self.bm.free(victim.request_id)
         victim.status = Status.SWAPPED
@@ -541,74 +487,69 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             return self.bm.table(request_id)
         return (NO_BLOCK_ID,) * self.bm.num_table_blocks[request_id]
 
-    def _can_swap_in(self, request: Request, num_tokens: int) -> bool:
+    def can_swap_in(self, request: Request, num_tokens: int) -> bool:
         """Whether a swapped request can come back in a step with `num_tokens` of its budget
-        left: blocks for its stored positions and the ones it runs now, the watermark kept free
-        (`_try_swap_in`'s test; the fast path's `_may_swap_in_during_stretch` asks it too)."""
+        left: blocks for its stored positions and the ones it runs now, the watermark kept free."""
         assert self.host is not None
         positions = self.host.tables[request.request_id][1]
         num_new = min(request.num_pending, num_tokens)
         return num_new > 0 and self.bm.can_allocate(self.bm.blocks_for(positions + num_new),
                                                     reserve=self.num_watermark_blocks())
 
+    def resume_swapped(self, budget: StepBudget) -> None:
+        """Swapped requests come back first-come first-served, before any new admission."""
+        while self.swapped and not budget.is_spent and len(self.running) < self.options.max_num_seqs:
+            if not self._try_swap_in(self.swapped[0], budget):
+                return
+
     def _try_swap_in(self, request: Request, budget: StepBudget) -> bool:
         """Bring a swapped request back: fresh device blocks, host -> device copies, then run it."""
-        assert self.host is not None and self._plan is not None
-        if budget.num_seqs <= 0 or not self._can_swap_in(request, budget.num_tokens):
+        assert self.host is not None and self._builder is not None
+        if budget.num_seqs <= 0 or not self.can_swap_in(request, budget.num_tokens):
             return False
         blocks, positions = self.host.tables[request.request_id]
         num_new = min(request.num_pending, budget.num_tokens)
         self.host.release(request.request_id)
         self.bm.allocate(request.request_id, positions)
         self.bm.append(request.request_id, positions)
-        device_blocks = self._device_blocks(request.request_id)
-        self._plan.swap_in.extend(zip(blocks, device_blocks))
+        self._builder.swap_in.extend(zip(blocks, self._device_blocks(request.request_id)))
         self.tally.blocks_swapped_in += len(blocks)
         self.swapped.remove(request)
         request.status = Status.RUNNING
         self.running.append(request)
         self.num_resident_tokens += request.num_processed
-        self._plan.copies.extend(self.bm.append(request.request_id, num_new))
-        self._add_seq(request, num_new)
+        self._run(request, num_new)
         budget.take(num_new)
         return True
 
-    def _admission_budget(self, budget: StepBudget) -> StepBudget:
-        """The step's token budget with sequences limited by free running slots."""
-        return StepBudget(budget.num_tokens, min(budget.num_seqs, self.options.max_num_seqs - len(self.running)))
+    # ---- completing ------------------------------------------------------------------------
 
-    def _resume_swapped(self, budget: StepBudget) -> None:
-        """Swapped requests come back first-come first-served, before any new admission."""
-        while self.swapped and not budget.is_spent and len(self.running) < self.options.max_num_seqs:
-            if not self._try_swap_in(self.swapped[0], budget):
-                return
+    def select_outputs(self, requests: list[Request], now: float) -> list[float]:
+        """A pass that ended at `now` covered each request's last known token: one more output
+        each, delivered `delivery_s` later. Returns the gaps since their last outputs (for the
+        inter-token latencies), in order."""
+        delivered = now + self.options.delivery_s
+        gaps = []
+        for request in requests:
+            request.num_outputs += 1
+            if request.prefill_done_s is None:
+                request.prefill_done_s = now
+            if request.last_token_s is None:
+                request.first_token_s = delivered
+            else:
+                gaps.append(delivered - request.last_token_s)
+            request.last_token_s = delivered
+        return gaps
 
-    def _mark_preempted(self, victim: Request, kind: str) -> None:
-        """Note when and where a preemption found `victim`, so that the time until it is back
-        there is charged to it (`_note_resumed`). A request preempted again before it got back
-        (a recompute caught part way) keeps the first: its delay runs from that preemption to
-        that position, not from the later one to the lower point it had regained."""
-        self._preempted_at.setdefault(victim.request_id, (self._now, victim.num_processed, kind))
-
-    def _note_resumed(self, request: Request, now: float) -> None:
-        """Charge the time from preemption until the request is back where it was."""
-        since, target, kind = self._preempted_at[request.request_id]
-        if request.num_processed < target:
-            return
-        del self._preempted_at[request.request_id]
-        if kind == "swap":
-            request.swap_delay_s += now - since
-        else:
-            request.recompute_delay_s += now - since
-
-    def _finish(self, request: Request, at: float) -> None:
+    def finish(self, request: Request, at: float) -> None:
+        """A request with all its outputs leaves the batch (delivered at `at`)."""
         self.running.remove(request)
         self.num_resident_tokens -= request.num_processed
         self._release_blocks(request)
-        self._prefix.pop(request.request_id, None)
-        self._preempted_at.pop(request.request_id, None)
+        self.prefix.forget(request.request_id)
+        self.preempted_at.pop(request.request_id, None)
         del self.by_id[request.request_id]
-        request.status = _FINISHED
+        request.status = Status.FINISHED
         request.finish_s = at
         self.finished.append(request)
 
@@ -623,20 +564,60 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             request.status = Status.UNFINISHED
         return left
 
+    # ---- building a step -------------------------------------------------------------------
+
+    def _begin_plan(self) -> PlanBuilder:
+        self._builder = self.prefix.builder = PlanBuilder()
+        return self._builder
+
+    def _end_plan(self) -> StepPlan | None:
+        builder = self._builder
+        self._builder = self.prefix.builder = None
+        # A step with no sequence still happens if it moves blocks (a swap-out that made room).
+        if builder is None or not (builder.seqs or builder.swap_out or builder.swap_in):
+            return None
+        self.num_steps += 1
+        return StepPlan(
+            step_id=self.num_steps - 1,
+            seqs=tuple(builder.seqs),
+            blocks_to_copy=tuple(builder.copies),
+            blocks_to_swap_out=tuple(builder.swap_out),
+            blocks_to_swap_in=tuple(builder.swap_in),
+            block_bytes=self.block_bytes,
+            preempted_ids=tuple(builder.preempted),
+            admitted_ids=tuple(builder.admitted),
+        )
+
+    def _run(self, request: Request, num_new: int) -> None:
+        """Store `num_new` more positions of a running request and put them in the plan."""
+        self._builder.copies.extend(self.bm.append(request.request_id, num_new))  # type: ignore[union-attr]
+        self._add_seqs((request,), num_new)
+
+    def _add_seqs(self, requests: Sequence[Request], num_new: int) -> None:
+        """Put `num_new` positions of each of `requests` (blocks already appended) into the plan;
+        a sequence selects an output where it reaches the request's last known token."""
+        builder = self._builder
+        assert builder is not None
+        table = self.bm.table if self.emit_block_tables else _no_table
+        builder.seqs += [
+            ScheduledSeq(request.request_id, num_new, request.num_processed,
+                         request.num_processed + num_new == request.prompt_len + request.num_outputs,
+                         request.prompt_len, table(request.request_id), request.prompt_token_ids, request.segments)
+            for request in requests
+        ]
+        builder.scheduled.update([request.request_id for request in requests])
+
+    # ---- checks ----------------------------------------------------------------------------
+
     def check(self) -> None:
         """Invariants after a step: block accounting in every tier, tables covering processed positions."""
         self.bm.check()
         if self.host is not None:
-            self.host.check(self.host_prefix.held_blocks() if self.host_prefix is not None else [])
-        known = self._num_known_decoding
-        if known > len(self.running) or (known and not self._all_decoding(self.running[:known])):
-            raise AssertionError(f"the first {known} of {len(self.running)} running requests are taken "
-                                 "to be decoding, and are not")
-        self._check_carry()
+            host_prefix = self.prefix.host_prefix
+            self.host.check(host_prefix.held_blocks() if host_prefix is not None else [])
         positions = self.bm.num_positions
         for request in self.running:
             if request.num_pending < 1:
-                # The fast path relies on it: a pass covering every known token selects an output.
                 raise AssertionError(f"running request {request.request_id} has no position to process")
             stored = positions.get(request.request_id)
             if stored != request.num_processed:
@@ -647,24 +628,8 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
         for request in self.waiting:
             if request.request_id in positions:
                 raise AssertionError(f"waiting request {request.request_id} still holds blocks")
-        if self.hasher is not None and self.bm.enable_prefix_caching:
+        if self.prefix.enabled:
             self._check_salt_isolation()
-
-    def _check_carry(self) -> None:
-        """What the last run left for the next plan is what reading the batch would give."""
-        carry = self._carry
-        if carry is None:
-            return
-        requests = carry.requests
-        if self.running[:len(requests)] != requests or not self._all_decoding(requests):
-            raise AssertionError("the last run's decoders are not the decoding prefix of the running batch")
-        remaining = steps_left(requests)
-        figures = (carry.ids, carry.context, carry.steps_to_finish)
-        if figures != (request_ids(requests), total_context(requests), min(remaining)):
-            raise AssertionError(f"the last run's decoders carry {figures[1:]}, not what the batch gives")
-        carried = carry.steps_left()
-        if carried is not None and carried != remaining:
-            raise AssertionError("the last run's decoders carry wrong steps to their last outputs")
 
     def check_drained(self) -> None:
         """After a run that finished everything: no block held in either tier (no leaks)."""
@@ -681,23 +646,3 @@ class BasePolicy(PrefixReuseMixin, ReadmitCycleMixin, StretchMixin):
             for block in self.bm.block_tables.get(request.request_id, ()):
                 if owners.setdefault(block, ident) != ident:
                     raise AssertionError(f"block {block} shared across cache salts or adapters")
-
-
-class _PlanBuilder:
-    __slots__ = ("seqs", "decodes", "copies", "swap_out", "swap_in", "preempted", "scheduled", "pinned_host")
-
-    def __init__(self) -> None:
-        self.seqs: list[ScheduledSeq] = []
-        # Decodes kept as columns, ahead of `seqs` in batch order (fast path only).
-        self.decodes: DecodeGroup | None = None
-        self.copies: list[tuple[int, int]] = []
-        self.swap_out: list[tuple[int, int]] = []
-        self.swap_in: list[tuple[int, int]] = []
-        self.preempted: list[int] = []
-        self.scheduled: set[int] = set()
-        # Host blocks read by this plan's swap-ins: not to be overwritten by its swap-outs.
-        self.pinned_host: set[int] = set()
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.seqs) + (len(self.decodes) if self.decodes is not None else 0)

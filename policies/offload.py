@@ -11,25 +11,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from policies.base import BasePolicy
+from policies.base import Scheduler
 from policies.chunked_prefill import ChunkedPrefillPolicy
 from policies.continuous import ContinuousPolicy
 
-
-# The base policies under this one's name: a class each, not a name set on the instance (a
-# policy's attributes are kept few: see tests/test_policy_attributes.py).
-class OffloadContinuous(ContinuousPolicy):
-    name = "offload"
-
-
-class OffloadChunkedPrefill(ChunkedPrefillPolicy):
-    name = "offload"
-
-
-# Each base: its class here, and the options of its own that offload passes on.
+# Each base: its class, and the options of its own that offload passes on.
 BASES = {
-    "continuous": (OffloadContinuous, ("mixed",)),
-    "chunked_prefill": (OffloadChunkedPrefill, ("chunk_size", "order")),
+    "continuous": (ContinuousPolicy, ("mixed",)),
+    "chunked_prefill": (ChunkedPrefillPolicy, ("chunk_size", "order")),
 }
 
 
@@ -41,15 +30,17 @@ def make_offload(
     order: str = "stall_free",
     mixed: bool = False,
     **kwargs,  # noqa: ANN003
-) -> BasePolicy:
+) -> Scheduler:
+    """The base policy with swap preemption (and prefix spill), named offload."""
     if base not in BASES:
         raise ValueError(f"offload base must be one of {sorted(BASES)}, got {base!r}")
     given = {"chunk_size": chunk_size, "order": order, "mixed": mixed}
     base_class, own_options = BASES[base]
-    policy: BasePolicy = base_class(*args, **kwargs, **{name: given[name] for name in own_options})
+    policy = base_class(*args, **kwargs, **{name: given[name] for name in own_options})
     if policy.host is None:
         raise ValueError("the offload policy needs a host tier: set kv_cache.host_memory_gib > 0")
+    policy.name = "offload"
     policy.options.preemption = "swap"
     if spill_prefix and policy.bm.enable_prefix_caching:
-        policy.enable_prefix_spill()
+        policy.prefix.enable_spill()
     return policy

@@ -14,11 +14,13 @@ and unused, so that code driving every policy with the same options can include 
 
 from __future__ import annotations
 
-from policies.base import BasePolicy
+from policies.base import Scheduler
+from simcore.plan import StepPlan
 from simcore.request import Request, Status
 
 
-class StaticPolicy(BasePolicy):
+class StaticPolicy(Scheduler):
+    accelerable = True
     name = "static"
 
     def __init__(self, *args, max_batch_size: int = 32, padded: bool = False, **kwargs) -> None:
@@ -30,7 +32,7 @@ class StaticPolicy(BasePolicy):
         # Padded rows keep their rectangle until the whole group is done.
         self._held: list[int] = []
 
-    def _fill(self, now: float) -> None:
+    def fill(self, now: float) -> None:
         if not self.running:
             for request_id in self._held:
                 self.bm.free(request_id)
@@ -38,27 +40,23 @@ class StaticPolicy(BasePolicy):
             self._form_group(now)
             return
         for request in self.running:
-            num_new = request.num_pending
-            self._plan.copies.extend(self.bm.append(request.request_id, num_new))  # type: ignore[union-attr]
-            self._add_seq(request, num_new)
+            self._run(request, request.num_pending)
+
+    def only_continues_next(self, plan: StepPlan) -> bool:
+        return True  # the group runs whole, with no budget; newcomers wait until it is done
+
+    def arrival_waits(self, request: Request) -> bool:
+        return True
+
+    def runs_past_finishes(self) -> bool:
+        # Nothing is admitted before the group is done; padded rows keep their blocks.
+        return not self.padded and not self.bm.tracks_block_ids
 
     def _release_blocks(self, request: Request) -> None:
         if self.padded:
             self._held.append(request.request_id)
         else:
             self.bm.free(request.request_id)
-
-    def _may_admit_during_stretch(self, decode_blocks: int = 0) -> bool:
-        return False  # newcomers wait for the whole group
-
-    def can_run_past_finishes(self) -> bool:
-        return not self.padded and super().can_run_past_finishes()  # padded rows keep their blocks
-
-    def can_preempt_in_stretch(self) -> bool:
-        return False  # a group holds every block it will need: its steps never preempt
-
-    def _decodes_all_fit(self, num_decodes: int) -> bool:
-        return True  # a static group has no token budget
 
     def _form_group(self, now: float) -> None:
         candidates = list(self.waiting)[: self.max_batch_size]
@@ -73,9 +71,8 @@ class StaticPolicy(BasePolicy):
             request.first_scheduled_s = request.first_scheduled_s if request.first_scheduled_s is not None else now
             request.status = Status.RUNNING
             self.running.append(request)
-            num_new = request.num_pending
-            self.bm.append(request.request_id, num_new)
-            self._add_seq(request, num_new)
+            self._builder.admitted.append(request.request_id)  # type: ignore[union-attr]
+            self._run(request, request.num_pending)
 
     def _reserve_positions(self, group: list[Request]) -> int:
         return max(r.num_final_positions for r in group) if self.padded else 0

@@ -1,8 +1,4 @@
-"""What a policy's preemptions and swaps did over a run, for the run's summary.
-
-Kept in one object, not as attributes of the policy each, because the policy's own attributes
-are read in every step (see `tests/test_policy_attributes.py` for why their number matters).
-"""
+"""What a policy's preemptions and swaps did over a run, for the run's summary."""
 
 from __future__ import annotations
 

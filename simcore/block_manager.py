@@ -210,30 +210,26 @@ class BlockManager(BlockArithmetic):
         bs = self.block_size
         return [first_new_block_step(len(self.block_tables[rid]) * bs, self.num_positions[rid]) for rid in request_ids]
 
-    def append_decode_steps(self, request_ids: list[int], num_steps: int, firsts: list[int] | None = None,
-                            others: Sequence[int] = ()) -> None:
-        """Append one position per request per step for `num_steps` steps (no copy-on-write).
+    def append_decode_steps(self, request_ids: list[int], num_steps: int | Sequence[int],
+                            firsts: list[int] | None = None) -> None:
+        """Append one position per request per step for `num_steps` steps (or each request its
+        own number of steps), with no copy-on-write.
 
         New blocks are taken in the order stepping one by one would take them: step by step,
-        requests in the given order. (`others`, the requests holding blocks that do not decode,
-        matter to `BlockCounter` only.)
+        requests in the given order.
         """
         bs = self.block_size
-        events: list[tuple[int, int]] = []
+        counts = [num_steps] * len(request_ids) if isinstance(num_steps, int) else num_steps
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
-        for index, step in enumerate(firsts):
-            while step <= num_steps:
-                events.append((step, index))
-                step += bs
-        events.sort()
+        events = sorted((step, index) for index, (first, count) in enumerate(zip(firsts, counts))
+                        for step in range(first, count + 1, bs))
         for _, index in events:
             self.block_tables[request_ids[index]].append(self._take_free_block())
-        for rid in request_ids:
-            after = self.num_positions[rid] + num_steps
+        for rid, count in zip(request_ids, counts):
+            after = self.num_positions[rid] + count
             table = self.block_tables[rid]
-            first = (after - num_steps) // bs
-            for logical in range(first, (after - 1) // bs + 1):
+            for logical in range((after - count) // bs, (after - 1) // bs + 1):
                 filled = min(bs, after - logical * bs)
                 block = table[logical]
                 if filled > self.num_filled[block]:

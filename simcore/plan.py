@@ -1,12 +1,13 @@
 """The step plan: the only thing a cost model (simulated or real) sees of a step.
 
-Plain frozen data, produced by a policy's `schedule()` and consumed by `complete()`.
+Plain data, produced by a policy's `schedule()` and consumed by its `complete()`. A run
+of steps taken at once is a list of `Repeat`s: a plan and how many steps repeat it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 
@@ -41,108 +42,17 @@ class ScheduledSeq(NamedTuple):
         return self.context_len + self.num_new_tokens
 
 
-class RunShape(NamedTuple):
-    """A run of steps of one shape, as the fast path hands it to a cost model (plain data).
-
-    Step j (from 0) decodes `num_decodes` requests whose contexts total decode_context +
-    j * num_decodes (each processes one position and selects a token) and, if chunk > 0,
-    processes `chunk` positions of one prompt on a context of prefill_context + j * chunk.
-    The chunk selects a token only if `chunk_selects` (it completes the prompt: a run of one
-    step); otherwise the prompt is not done within the run. A run of one step may also carry
-    `new_chunk` positions of a newly admitted prompt (on no context), selecting a token if
-    `new_selects` (the whole prompt), and before it further prompts admitted whole (on no
-    context), each `new_whole` positions, each selecting a token.
-    """
-
-    num_decodes: int
-    decode_context: int
-    chunk: int = 0
-    prefill_context: int = 0
-    chunk_selects: bool = False
-    new_chunk: int = 0
-    new_selects: bool = False
-    new_whole: tuple[int, ...] = ()
-
-    @property
-    def num_seqs(self) -> int:
-        return self.num_decodes + (1 if self.chunk else 0) + (1 if self.new_chunk else 0) + len(self.new_whole)
-
-    @property
-    def num_selecting(self) -> int:
-        return self.num_decodes + (1 if self.chunk_selects else 0) + (1 if self.new_selects else 0) + len(self.new_whole)
-
-    @property
-    def new_positions(self) -> int:
-        """Positions of the newly admitted prompts (the new chunk and the whole ones)."""
-        return self.new_chunk + sum(self.new_whole)
-
-    @property
-    def new_attention_work(self) -> int:
-        """Their attention work, sum q (2c + q) on no context: the sum of their squares."""
-        return self.new_chunk * self.new_chunk + sum([q * q for q in self.new_whole])
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeGroup:
-    """Decodes of many requests kept as columns: each processes one position on top of its
-    complete prompt and selects a token. Cheaper to build and price than one ScheduledSeq each."""
-
-    request_ids: tuple[int, ...]
-    context_lens: tuple[int, ...]
-    prompt_lens: tuple[int, ...]
-    sum_context: int
-
-    def __len__(self) -> int:
-        return len(self.request_ids)
-
-    def seqs(self) -> tuple[ScheduledSeq, ...]:
-        return tuple(ScheduledSeq(rid, 1, context, True, prompt)
-                     for rid, context, prompt in zip(self.request_ids, self.context_lens, self.prompt_lens))
-
-
-class StepSeqs(Sequence):
-    """A step's sequences when its decodes come as a `DecodeGroup` (first in batch order) and the
-    rest one by one. Reads as the full tuple of ScheduledSeq; aware readers use the columns."""
-
-    __slots__ = ("decodes", "others", "_all")
-
-    def __init__(self, decodes: DecodeGroup, others: tuple[ScheduledSeq, ...]) -> None:
-        self.decodes = decodes
-        self.others = others
-        self._all: tuple[ScheduledSeq, ...] | None = None
-
-    def _materialized(self) -> tuple[ScheduledSeq, ...]:
-        if self._all is None:
-            self._all = self.decodes.seqs() + self.others
-        return self._all
-
-    def __len__(self) -> int:
-        return len(self.decodes) + len(self.others)
-
-    def __getitem__(self, index):  # noqa: ANN001, ANN204
-        return self._materialized()[index]
-
-    def __iter__(self) -> Iterator[ScheduledSeq]:
-        return iter(self._materialized())
-
-    def __eq__(self, other: object) -> bool:
-        return tuple(self) == tuple(other) if isinstance(other, Sequence) else NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"StepSeqs({len(self.decodes)} grouped decodes, {self.others!r})"
-
-
 # A device block in a swap's copies where block ids are not tracked (see StepPlan).
 NO_BLOCK_ID = -1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepPlan:
+    """A step's plan (plain data, not changed once built)."""
+
     step_id: int
-    # Requests that run this step, in batch order: a tuple, or StepSeqs (a decode group first).
-    seqs: tuple[ScheduledSeq, ...] | StepSeqs
+    # Requests that run this step, in batch order.
+    seqs: tuple[ScheduledSeq, ...]
     # Copy-on-write block copies to perform before the step: (source block, destination block).
     blocks_to_copy: tuple[tuple[int, int], ...] = ()
     # Device -> host block moves (swap-out / offload): (device block, host block). The device
@@ -156,6 +66,8 @@ class StepPlan:
     block_bytes: int = 0
     # Requests preempted while forming this plan (they do not run in it).
     preempted_ids: tuple[int, ...] = ()
+    # Requests admitted from the queue by this plan (they run in it).
+    admitted_ids: tuple[int, ...] = ()
 
     # Token counts, derived once from `seqs` (read by cost models and step records).
     num_batched_tokens: int = field(init=False, default=0)
@@ -163,18 +75,9 @@ class StepPlan:
     num_decode_tokens: int = field(init=False, default=0)
     num_selecting: int = field(init=False, default=0)
 
-    @property
-    def decodes(self) -> DecodeGroup | None:
-        """The step's decode group, if its decodes come as columns (see StepSeqs)."""
-        return self.seqs.decodes if isinstance(self.seqs, StepSeqs) else None
-
     def __post_init__(self) -> None:
         batched = prefill = decode = selecting = 0
-        seqs = self.seqs
-        if isinstance(seqs, StepSeqs):
-            batched = decode = selecting = len(seqs.decodes)
-            seqs = seqs.others
-        for seq in seqs:
+        for seq in self.seqs:
             batched += seq.num_new_tokens
             if seq.num_new_tokens == 1 and seq.context_len >= seq.prompt_len:
                 decode += 1
@@ -182,7 +85,33 @@ class StepPlan:
                 prefill += seq.num_new_tokens
             if seq.selects_token:
                 selecting += 1
-        object.__setattr__(self, "num_batched_tokens", batched)
-        object.__setattr__(self, "num_prefill_tokens", prefill)
-        object.__setattr__(self, "num_decode_tokens", decode)
-        object.__setattr__(self, "num_selecting", selecting)
+        self.num_batched_tokens = batched
+        self.num_prefill_tokens = prefill
+        self.num_decode_tokens = decode
+        self.num_selecting = selecting
+
+    @property
+    def moves_blocks(self) -> bool:
+        """Whether the step copies or swaps blocks besides running its sequences."""
+        return bool(self.blocks_to_copy or self.blocks_to_swap_out or self.blocks_to_swap_in)
+
+
+class Repeat(NamedTuple):
+    """`num_steps` steps of one shape, as a run hands them to a cost model. Step j (from 0) is
+    `plan` advanced by `advance + j` steps: each of its requests processes as many positions as
+    in `plan` (a decode one, a prompt chunk its chunk), on a context longer by that many times
+    what it processes, and selects the same tokens; but for the sequences at the indices in
+    `without` (requests that left the batch: a run past finishes). Such a plan moves no blocks."""
+
+    plan: StepPlan
+    num_steps: int
+    advance: int = 0
+    without: tuple[int, ...] = ()
+
+    def plans(self) -> Iterator[StepPlan]:
+        """Every step's plan, in order (what `simcore.pricing.run_step_times` prices by default)."""
+        plan, gone = self.plan, set(self.without)
+        kept = [seq for index, seq in enumerate(plan.seqs) if index not in gone]
+        for step in range(self.advance, self.advance + self.num_steps):
+            seqs = tuple(seq._replace(context_len=seq.context_len + step * seq.num_new_tokens) for seq in kept)
+            yield replace(plan, step_id=plan.step_id + step, seqs=seqs)

@@ -49,6 +49,9 @@ class Request:
     # finishes (its arrival_s is then set by the engine), not at a fixed time.
     parent_id: int | None = None
     think_time_s: float = 0.0
+    # Scheduling priority under `queue_order: priority`: lower values are served first (vLLM's
+    # convention); ignored by the other orders.
+    priority: int = 0
 
     # --- state, advanced by the policy ---
     status: Status = Status.WAITING
@@ -93,7 +96,7 @@ class Request:
         new.prompt_token_ids, new.segments = self.prompt_token_ids, self.segments
         new.cache_salt, new.adapter_id = self.cache_salt, self.adapter_id
         new.session_id, new.turn, new.output_key = self.session_id, self.turn, self.output_key
-        new.parent_id, new.think_time_s = self.parent_id, self.think_time_s
+        new.parent_id, new.think_time_s, new.priority = self.parent_id, self.think_time_s, self.priority
         new.status, new.num_processed, new.num_outputs = self.status, self.num_processed, self.num_outputs
         new.num_cached_prefix, new.num_preemptions = self.num_cached_prefix, self.num_preemptions
         new.num_swaps, new.reject_reason = self.num_swaps, self.reject_reason

@@ -1,20 +1,10 @@
-"""Per-step records: one tuple per step, or columns for a run of steps; kept as column chunks.
+"""Per-step records: one named record per step, or per run of steps; kept as column chunks.
 
-Within a run most columns hold one value, or one until the last step, so a run is kept as the
-tuple of its columns (a value or (value, last) pair each; lists for the columns that change
-every step: ids, times) and expanded a chunk of runs at a time, in bulk. The counts a run's
-steps derive from a few numbers (decoders, running requests, blocks, resident tokens: see
-`simcore.run_counts`) are filled in for a whole chunk at once when it is sealed.
-
-The per-step columns go into typed arrays as they come, while their values are fresh in the
-cache: a long run makes millions of step times, and reading them back as Python floats when a
-chunk is sealed, scattered through memory by then, cost a cache miss each (about 100 ns a
-value on the 1M reference run, against some 15 ns to take each in as it comes); and a run's
-other columns are kept without them, so that the floats are freed while they are fresh too.
-
-Rows are buffered and turned into numpy column chunks every CHUNK_ROWS steps, so memory per
-step is a few dozen bytes; with a spill file the chunks go to Parquet instead, so a run of
-millions of steps keeps none of them in memory.
+`StepRecord` names every column once. A single step is a record of values; a run of steps is a
+record whose fields each hold one value for every step of the run or a sequence of one value a
+step (a list, a range, an array). Records are buffered and turned into numpy column chunks
+every CHUNK_ROWS steps, so memory per step is a few dozen bytes; with a spill file the chunks go
+to Parquet instead, so a run of millions of steps keeps none of them in memory.
 """
 
 from __future__ import annotations
@@ -23,45 +13,41 @@ import os
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from simcore.run_counts import RunCounts, expand_run_counts
 
-STEP_COLUMNS = (
-    "step_id",
-    "start_s",
-    "duration_s",
-    "num_seqs",
-    "num_prefill_tokens",
-    "num_decode_tokens",
-    "num_selected",
-    "num_running",
-    "num_waiting",
-    "num_swapped",
-    "kv_blocks_used",
-    "kv_blocks_shared",
-    "host_blocks_used",
-    "resident_tokens",
-    "num_preempted",
-    "blocks_swapped_out",
-    "blocks_swapped_in",
-    "blocks_copied",
-)
+class StepRecord(NamedTuple):
+    """One step's row (or a run's columns: see the module docstring)."""
+
+    step_id: Any
+    start_s: Any
+    duration_s: Any
+    num_seqs: Any  # requests in the step
+    num_prefill_tokens: Any  # positions of prompts (chunks, recomputes) processed
+    num_decode_tokens: Any  # decodes processed (one position each)
+    num_selected: Any  # outputs selected by the step
+    num_running: Any  # after the step: requests running
+    num_waiting: Any  # ... waiting in the queue
+    num_swapped: Any  # ... swapped out to the host tier
+    kv_blocks_used: Any  # ... device blocks referenced
+    kv_blocks_shared: Any  # ... device blocks referenced by more than one request
+    host_blocks_used: Any  # ... host blocks holding swapped-out KV or spilled prefix blocks
+    resident_tokens: Any  # ... positions of running requests held on the device
+    num_preempted: Any  # requests preempted while the step was planned
+    blocks_swapped_out: Any
+    blocks_swapped_in: Any
+    blocks_copied: Any  # copy-on-write copies before the step
+
+
+STEP_COLUMNS = StepRecord._fields
 FLOAT_COLUMNS = {"start_s", "duration_s"}
-# Columns that change at every step of a run come as a value per step; the others, which within
-# a run mostly hold one value (or one until its last step), as that value. Counts that a run
-# derives (`RunCounts`) are filled in when the chunk is sealed.
-PER_STEP_COLUMNS = {"step_id", "start_s", "duration_s"}
-CHUNK_ROWS = 16384  # rows buffered as Python objects before they become numpy columns
+# The columns that change at every step of a run (its ids, starts and durations): the first three.
+_NUM_PER_STEP = 3
+CHUNK_ROWS = 16384  # rows buffered before they become numpy columns
 
 _DTYPES = tuple(np.float64 if name in FLOAT_COLUMNS else np.int64 for name in STEP_COLUMNS)
-# The buffers take them from the first three places of a row (or a run's columns), and keep the rest.
-assert all(name in PER_STEP_COLUMNS for name in STEP_COLUMNS[:3]) and len(PER_STEP_COLUMNS) == 3
-_NUM_PER_STEP = len(PER_STEP_COLUMNS)
-# Typed-array codes of the per-step columns (int64, float64).
-_ARRAY_CODES = tuple("d" if name in FLOAT_COLUMNS else "q" for name in STEP_COLUMNS[:_NUM_PER_STEP])
 # Integer columns delta-encoded and not compressed, the times compressed: on the 100k reference
 # run's 942k steps, 17% less write time than dictionary pages and snappy, and a file 18% smaller.
 _INT_COLUMNS = [name for name in STEP_COLUMNS if name not in FLOAT_COLUMNS]
@@ -74,15 +60,14 @@ _WRITE_OPTIONS = {
 
 class StepLog:
     def __init__(self, spill_path: Path | None = None) -> None:
-        # Steps are buffered as runs, in order: a run's columns but the per-step ones (`runs`:
-        # see `add_run`; a single step's row is a run of one) and its length (`run_lengths`),
-        # turned into columns when the chunk is sealed; the per-step columns' values are
-        # gathered as they come (`run_steps`: a typed array per column).
-        self.runs: list[Sequence[Any]]
-        self.run_lengths: list[int]
-        self.run_steps: tuple[array, ...]
-        self._num_buffered: int
-        self._reset_buffers()
+        # Buffered records (but their per-step columns) and how many steps each stands for (1
+        # for a single step); the per-step columns (ids, starts, durations) go into typed
+        # arrays as they come, while the values are fresh in memory (reading millions of step
+        # times back as Python floats when a chunk is sealed cost a cache miss each).
+        self._records: list[tuple] = []
+        self._lengths: list[int] = []
+        self._per_step = _per_step_arrays()
+        self._num_buffered = 0
         self.chunks: list[dict[str, np.ndarray]] = []
         self.num_rows = 0
         # Columns only some steps have (a cost model's measurements, link time): step -> value.
@@ -98,85 +83,52 @@ class StepLog:
     def __len__(self) -> int:
         return self.num_rows
 
-    def append(self, values: tuple, extras: dict[str, float] | None = None) -> None:
-        """One step's row: a value per column of STEP_COLUMNS."""
+    def add(self, record: StepRecord, extras: dict[str, float] | None = None) -> None:
+        """One step's row."""
         if extras:
             for key, value in extras.items():
                 self.extras.setdefault(key, {})[self.num_rows] = value
                 self.extra_totals[key] = self.extra_totals.get(key, 0.0) + value
-        self.runs.append(values[_NUM_PER_STEP:])
-        self.run_lengths.append(1)
-        step_ids, starts, durations = self.run_steps
-        step_ids.append(values[0])
-        starts.append(values[1])
-        durations.append(values[2])
-        self.num_rows += 1
-        self._num_buffered += 1
-        if self._num_buffered >= CHUNK_ROWS:
-            self._seal()
+        step_ids, starts, durations = self._per_step
+        step_ids.append(record.step_id)
+        starts.append(record.start_s)
+        durations.append(record.duration_s)
+        self._buffer(record, 1)
 
-    def add_run(self, num_steps: int, columns: Sequence[Any], derived: RunCounts | None = None) -> None:
-        """A run of `num_steps` steps, one entry per column of STEP_COLUMNS: for the per-step
-        columns, their values (an iterable of that length); for the others, one value for
-        every step, a (value, last) pair (one value for every step but the last), or a list
-        of every step's values. With `derived`, the columns it derives (see
-        `expand_run_counts`) come from it, whatever `columns` holds for them. The columns but
-        the per-step ones are kept as given (the caller must not change them) and expanded a
-        chunk at a time: a run costs one append, not one per column."""
-        if derived is not None:
-            self._derived_runs.append((self._num_buffered, derived))
-        self.runs.append(columns[_NUM_PER_STEP:])
-        self.run_lengths.append(num_steps)
-        step_ids, starts, durations = self.run_steps
-        step_ids.extend(columns[0])
-        starts.extend(columns[1])
-        durations.extend(columns[2])
+    def add_run(self, num_steps: int, record: StepRecord) -> None:
+        """A run of `num_steps` steps: the step ids, starts and durations each a sequence of
+        `num_steps` values; every other field one value for every step, or such a sequence.
+        Kept as given (the caller must not change it) and expanded a chunk at a time."""
+        step_ids, starts, durations = self._per_step
+        step_ids.extend(record.step_id)
+        starts.extend(record.start_s)
+        durations.extend(record.duration_s)
+        self._buffer(record, num_steps)
+
+    def _buffer(self, record: StepRecord, num_steps: int) -> None:
+        self._records.append(record[_NUM_PER_STEP:])
+        self._lengths.append(num_steps)
         self.num_rows += num_steps
         self._num_buffered += num_steps
         if self._num_buffered >= CHUNK_ROWS:
             self._seal()
 
-    def _reset_buffers(self) -> None:
-        self.runs = []
-        self.run_lengths = []
-        self.run_steps = tuple(array(code) for code in _ARRAY_CODES)
-        self._num_buffered = 0
-        # Runs whose counts are derived at sealing: (first row among the buffered rows, counts).
-        self._derived_runs: list[tuple[int, RunCounts]] = []
-
     def _buffered_columns(self) -> list[np.ndarray]:
         """The buffered steps as one array per column, in step order."""
-        derived, rows = self._derived_columns()
-        out = []
-        for name, dtype, values in zip(STEP_COLUMNS, _DTYPES, self.run_steps):
-            column = np.frombuffer(values, dtype=dtype).copy()
+        per_step = [np.frombuffer(values, dtype=dtype).copy() for values, dtype in zip(self._per_step, _DTYPES)]
+        for name, column in zip(STEP_COLUMNS, per_step):
             if len(column) != self._num_buffered:
                 raise ValueError(f"step log column {name}: {len(column)} values for {self._num_buffered} steps")
-            out.append(column)
-        by_column = list(zip(*self.runs)) if self.runs else [()] * (len(STEP_COLUMNS) - _NUM_PER_STEP)
-        lengths = np.array(self.run_lengths, dtype=np.int64)
-        for name, dtype, entries in zip(STEP_COLUMNS[_NUM_PER_STEP:], _DTYPES[_NUM_PER_STEP:], by_column):
-            column = _expand_run_column(entries, lengths, dtype)
-            if name in derived:
-                column[rows] = derived[name]
-            out.append(column)
-        return out
-
-    def _derived_columns(self) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
-        """The derived runs' columns, and their rows among the buffered rows."""
-        if not self._derived_runs:
-            return {}, None
-        first_rows = np.array([first for first, _ in self._derived_runs], dtype=np.int64)
-        lengths = np.array([run.num_steps for _, run in self._derived_runs], dtype=np.int64)
-        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        return expand_run_counts([run for _, run in self._derived_runs]), np.repeat(first_rows, lengths) + within
+        by_column = zip(*self._records) if self._records else [()] * (len(STEP_COLUMNS) - _NUM_PER_STEP)
+        return [*per_step, *(_expand_column(name, entries, self._lengths, dtype) for name, dtype, entries in
+                             zip(STEP_COLUMNS[_NUM_PER_STEP:], _DTYPES[_NUM_PER_STEP:], by_column))]
 
     def _seal(self) -> None:
         if not self._num_buffered:
             return
         first = self.num_rows - self._num_buffered
         chunk = dict(zip(STEP_COLUMNS, self._buffered_columns()))
-        self._reset_buffers()
+        self._records, self._lengths, self._per_step, self._num_buffered = [], [], _per_step_arrays(), 0
         if self.spill_path is None:
             self.chunks.append(chunk)
             return
@@ -270,26 +222,22 @@ class StepLog:
             self.spill_path = spill
 
 
-def _expand_run_column(entries: Sequence[Any], lengths: np.ndarray, dtype: type) -> np.ndarray:
-    """One column of runs (an entry per run, in any of `StepLog.add_run`'s forms) as a value
-    per step. Most columns hold one value per run, some a (body, last) pair: those in bulk; the
-    few runs with every step's values (lists) are then written over their rows."""
-    first = entries[0] if entries else None
-    if type(first) is int and entries.count(first) == len(entries):  # one value throughout (swaps, copies...)
-        return np.full(int(lengths.sum()), first, dtype=dtype)
-    kinds = set(map(type, entries))
-    if tuple not in kinds and list not in kinds:
+def _per_step_arrays() -> tuple[array, array, array]:
+    """Typed arrays for the per-step columns: step ids, starts, durations."""
+    return array("q"), array("d"), array("d")
+
+
+def _expand_column(name: str, entries: Sequence[Any], lengths: list[int], dtype: type) -> np.ndarray:
+    """One column of buffered records (an entry per record: a value for each of its steps, or a
+    sequence of a value a step) as a value per step."""
+    if all(type(entry) is int or type(entry) is float for entry in entries):
         return np.repeat(np.array(entries, dtype=dtype), lengths)
-    # A list's first and last values stand for it in the bulk pass (its rows are then written).
-    body = [entry[0] if type(entry) is tuple or type(entry) is list else entry for entry in entries]
-    column = np.repeat(np.array(body, dtype=dtype), lengths)
-    ends = np.cumsum(lengths)
-    column[ends - 1] = [entry[-1] if type(entry) is tuple or type(entry) is list else entry for entry in entries]
-    if list in kinds:
-        ends, run_lengths = ends.tolist(), lengths.tolist()
-        for index in [index for index, entry in enumerate(entries) if type(entry) is list]:
-            values, end = entries[index], ends[index]
-            if len(values) != run_lengths[index]:
-                raise ValueError(f"step log: a run of {run_lengths[index]} steps has {len(values)} values in a column")
-            column[end - len(values):end] = values
-    return column
+    values: list[Any] = []
+    for entry, length in zip(entries, lengths):
+        if type(entry) is int or type(entry) is float:
+            values += [entry] * length
+        elif len(entry) == length:
+            values += entry
+        else:
+            raise ValueError(f"step log column {name}: {len(entry)} values for a run of {length} steps")
+    return np.array(values, dtype=dtype)

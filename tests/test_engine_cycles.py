@@ -10,17 +10,18 @@ import pytest
 from backends.base import CostContext
 from backends.constant import ConstantCostModel
 from backends.roofline import make_roofline
+from policies.accelerate import accelerator_for
 from policies.registry import make_policy
-from simcore.engine import GC_YOUNG_THRESHOLD, RunLimits, simulate
+from simcore.engine import GC_YOUNG_THRESHOLD, simulate
 from simcore.presets import get_model
-from tests.test_fast_path import POLICIES, small_policy, workload
+from tests.test_accelerate import CONFIGS, small_policy, workload
 
 # The run's own ends make one cycle when it returns (the SimPy environment and its process):
 # a dozen objects, whatever the run's length. A cycle made per step or per run is hundreds.
 MOST_UNREACHABLE = 30
 
 
-@pytest.mark.parametrize("name,opts", POLICIES)
+@pytest.mark.parametrize("name,opts", CONFIGS)
 @pytest.mark.parametrize("fast", [False, True])
 def test_a_run_leaves_no_cyclic_garbage(name, opts, fast):
     cost = make_roofline({}, CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
@@ -31,7 +32,7 @@ def test_a_run_leaves_no_cyclic_garbage(name, opts, fast):
         gc.collect()
         gc.disable()
         try:
-            result = simulate(requests, policy, cost, limits=RunLimits(fast_forward=fast))
+            result = simulate(requests, policy, cost, accelerator=accelerator_for(policy) if fast else None)
             found.append(gc.collect())
         finally:
             gc.enable()

@@ -15,8 +15,9 @@ from backends.constant import ConstantCostModel
 from experiments.config import parse_experiment
 from experiments.runner import resolve_kv, run_experiment
 from experiments.validate import build_model_from_params, load_yaml_mapping, parse_yaml
+from policies.accelerate import accelerator_for
 from policies.registry import make_policy
-from simcore.engine import RunLimits, simulate
+from simcore.engine import simulate
 from simcore.errors import ConfigError, ServesimError
 from simcore.hf_config import model_from_hf_dict
 from tests.helpers import SMALL_EXPERIMENT, req
@@ -296,6 +297,6 @@ def test_a_whole_number_of_seconds_past_int64_prices_runs():
     results = []
     for fast in (False, True):
         policy = make_policy("continuous", num_blocks=8, block_size=1)
-        results.append(simulate(requests, policy, model, limits=RunLimits(fast_forward=fast)))
+        results.append(simulate(requests, policy, model, accelerator=accelerator_for(policy) if fast else None))
     assert [r.finish_s for r in results[0].requests] == [r.finish_s for r in results[1].requests]
     assert results[1].requests[0].finish_s >= 2**63

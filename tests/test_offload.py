@@ -26,8 +26,8 @@ def test_evicted_prefix_blocks_spill_to_host_and_reload_on_a_hit():
     policy.add(ids_request(1, tuple(range(500, 529))), 1.0)
     plan, _ = drive(policy, 1.0)
     assert len(plan.blocks_to_swap_out) == 6
-    assert len(policy.host_prefix.entries) == 6
-    spilled_a = sorted(e.host_block for e in policy.host_prefix.entries.values())
+    assert len(policy.prefix.host_prefix.entries) == 6
+    spilled_a = sorted(e.host_block for e in policy.prefix.host_prefix.entries.values())
     # C repeats A's prompt: nothing on the device, six blocks reloaded from the host.
     c = ids_request(2, a_ids)
     policy.add(c, 2.0)

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from backends.constant import ConstantCostModel
+from policies.accelerate import accelerator_for
 from policies.registry import make_policy
 from simcore.engine import RunLimits, simulate
 from simcore.errors import ServesimError
@@ -137,7 +138,7 @@ def test_time_horizon_reports_unfinished_requests():
 def test_wall_time_limit_ends_the_run_cleanly():
     workload = [req(i, 0.0, 10, 100000) for i in range(4)]
     policy = make_policy("continuous", num_blocks=100000, block_size=16)
-    result = simulate(workload, policy, ConstantCostModel(step_s=0.01), limits=RunLimits(max_wall_time_s=0.2, fast_forward=False))
+    result = simulate(workload, policy, ConstantCostModel(step_s=0.01), limits=RunLimits(max_wall_time_s=0.2))
     assert result.end_reason == "max_wall_time"
     assert len(result.unfinished) == 4
 
@@ -190,7 +191,8 @@ def test_a_victim_that_could_never_come_back_is_rejected(fast, mode):
     policy = make_policy("continuous", num_blocks=8, block_size=1, admission="watermark", watermark=0.25,
                          preemption=mode, num_host_blocks=100 if mode == "swap" else 0)
     result = simulate(requests, policy, ConstantCostModel(step_s=0.01),
-                      limits=RunLimits(check_invariants=True, fast_forward=fast))
+                      limits=RunLimits(check_invariants=True),
+                      accelerator=accelerator_for(policy) if fast else None)
     (victim,) = result.rejected
     assert victim.request_id == 1 and victim.num_outputs == 2 and victim.num_preemptions == 1
     assert "preempted with 7 positions" in victim.reject_reason and "leaving 6" in victim.reject_reason
@@ -239,10 +241,10 @@ def test_recompute_delay_runs_from_the_first_preemption_to_the_position_it_found
     in chunks, caught part way) is charged once, from the first preemption to the first
     position. Checked against an observer that follows every preemption and step of a
     memory-starved run."""
-    from policies.base import BasePolicy
+    from policies.base import Scheduler
     from simcore.request import Status
 
-    preempt, complete = BasePolicy._preempt, BasePolicy.complete
+    preempt, complete = Scheduler.preempt, Scheduler.complete
     open_since: dict[int, tuple] = {}  # request id -> (request, preempted at, position then)
     expected: dict[int, float] = {}
     caught_again = []
@@ -263,12 +265,12 @@ def test_recompute_delay_runs_from_the_first_preemption_to_the_position_it_found
                     del open_since[request_id]
         return done
 
-    monkeypatch.setattr(BasePolicy, "_preempt", observe_preempt)
-    monkeypatch.setattr(BasePolicy, "complete", observe_complete)
+    monkeypatch.setattr(Scheduler, "preempt", observe_preempt)
+    monkeypatch.setattr(Scheduler, "complete", observe_complete)
     policy = make_policy("chunked_prefill", num_blocks=24, block_size=4, max_num_seqs=12, max_num_batched_tokens=16,
                          **opts)
     result = simulate(pressured_workload(60, seed=3), policy, ConstantCostModel(step_s=0.01, per_token_s=1e-4),
-                      limits=RunLimits(fast_forward=False, check_invariants=True))
+                      limits=RunLimits(check_invariants=True))
     assert caught_again, "the workload should preempt some request again before it got back"
     delays = {r.request_id: r.recompute_delay_s for r in result.requests}
     assert delays == pytest.approx({i: expected.get(i, 0.0) for i in delays}, abs=1e-12)

@@ -181,7 +181,7 @@ def test_random_workloads_read_only_their_own_prefix(seed, num_blocks, policy_na
                 truth[dst] = truth[src]
         for seq in plan.seqs:
             r = policy.by_id[seq.request_id]
-            hashes, _ = policy._prefix_chain(r)
+            hashes, _ = policy.prefix._chain(r)
             table = policy.bm.block_tables[r.request_id]
             # Every full block the request reads as context must hold its own chain's content.
             for logical in range(seq.context_len // BS):
@@ -191,7 +191,7 @@ def test_random_workloads_read_only_their_own_prefix(seed, num_blocks, policy_na
         written = []
         for seq in plan.seqs:
             r = policy.by_id[seq.request_id]
-            hashes, _ = policy._prefix_chain(r)
+            hashes, _ = policy.prefix._chain(r)
             table = policy.bm.block_tables[r.request_id]
             for logical in range(seq.context_len // BS, min(seq.end_len // BS, len(hashes))):
                 written.append((table[logical], hashes[logical]))
@@ -258,7 +258,7 @@ def test_a_cache_that_cannot_hit_runs_on_block_counts_with_the_same_results(tmp_
     assert policy.bm.enable_prefix_caching
     template = build_workload(run.experiment.workload, seed=run.experiment.seed, base_dir=tmp_path).requests
     slow = simulate(template, policy, ConstantCostModel(step_s=0.01, per_token_s=0.0001),
-                    limits=RunLimits(fast_forward=False, check_invariants=True))
+                    limits=RunLimits(check_invariants=True))
     pd.testing.assert_frame_equal(request_frame(slow.requests), fast.requests, check_exact=True)
     pd.testing.assert_frame_equal(pd.DataFrame(slow.steps.as_dict()), pd.DataFrame(fast.result.steps.as_dict()),
                                   check_exact=True)

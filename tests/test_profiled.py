@@ -221,52 +221,13 @@ def test_tables_without_the_continuation_column_derive_it(tmp_path):
     assert plan_shape(plan)["num_prefill_continuations"] == 1
 
 
-def test_runs_priced_one_step_at_a_time_equal_step_time():
-    """The fast path's pricing of a run (decodes, optionally beside a prompt's chunk, which may
-    complete the prompt) equals step_time on the plans it stands for, bit for bit, with decodes
-    as seqs or as a group."""
-    from itertools import islice
-
-    from simcore.plan import DecodeGroup, RunShape, StepSeqs
-
-    model = ProfiledCostModel.from_table(read_profile(TABLE))
-    rng = np.random.default_rng(0)
-    for _ in range(200):
-        n = int(rng.integers(0, 40))
-        chunk = int(rng.integers(0 if n else 1, 300))
-        contexts = rng.integers(1, 2000, size=n).tolist()
-        prefill_context = int(rng.integers(0, 3000)) if chunk else 0
-        # A chunk that completes its prompt selects a token: a run of one step (a stretch's tail).
-        selects = bool(chunk) and bool(rng.integers(0, 2))
-        # ... and then a newly admitted prompt's first chunk may share that step.
-        fresh = int(rng.integers(1, 200)) if selects and rng.integers(0, 2) else 0
-        fresh_whole = bool(fresh) and bool(rng.integers(0, 2))
-        # ... after others admitted with their whole prompts.
-        whole = tuple(rng.integers(1, 200, size=int(rng.integers(0, 3))).tolist()) if fresh else ()
-        steps = 1 if selects else int(rng.integers(1, 12))
-        shape = RunShape(n, sum(contexts), chunk, prefill_context, chunk_selects=selects, new_chunk=fresh,
-                         new_selects=fresh_whole, new_whole=whole)
-        times = list(islice(model.iter_step_times(shape), steps))
-        for j in (0, steps - 1):
-            decodes = [ScheduledSeq(i, 1, c + j, True, 1) for i, c in enumerate(contexts)]
-            prompt_len = prefill_context + chunk if selects else 10**6
-            prefill = [ScheduledSeq(n, chunk, prefill_context + j * chunk, selects, prompt_len)] if chunk else []
-            prefill += [ScheduledSeq(n + 2 + i, q, 0, True, q) for i, q in enumerate(whole)]
-            if fresh:
-                prefill.append(ScheduledSeq(n + 1, fresh, 0, fresh_whole, fresh if fresh_whole else fresh + 50))
-            assert model.step_time(StepPlan(j, tuple(decodes + prefill))) == times[j]
-            if decodes:
-                group = DecodeGroup(tuple(range(n)), tuple(c + j for c in contexts), (1,) * n,
-                                    sum(contexts) + j * n)
-                assert model.step_time(StepPlan(j, StepSeqs(group, tuple(prefill)))) == times[j]
-
-
 @pytest.mark.parametrize("policy", [{"name": "continuous"}, {"name": "chunked_prefill", "chunk_size": 32}])
 def test_fast_path_with_a_profiled_table_matches_stepping(policy):
     import pandas as pd
 
+    from policies.accelerate import accelerator_for
     from policies.registry import make_policy
-    from simcore.engine import RunLimits, simulate
+    from simcore.engine import simulate
     from simcore.metrics import request_frame
     from tests.helpers import req
 
@@ -278,7 +239,7 @@ def test_fast_path_with_a_profiled_table_matches_stepping(policy):
         options = {k: v for k, v in policy.items() if k != "name"}
         p = make_policy(policy["name"], num_blocks=256, block_size=16, max_num_seqs=16, max_num_batched_tokens=256,
                         **options)
-        result = simulate(requests, p, model, limits=RunLimits(fast_forward=fast))
+        result = simulate(requests, p, model, accelerator=accelerator_for(p) if fast else None)
         frames.append((request_frame(result.requests), pd.DataFrame(result.steps.as_dict()), result.num_events))
     pd.testing.assert_frame_equal(frames[0][0], frames[1][0], check_exact=True)
     pd.testing.assert_frame_equal(frames[0][1], frames[1][1], check_exact=True)

@@ -12,7 +12,7 @@ from policies.registry import make_policy
 from simcore.engine import RunLimits, simulate
 from simcore.metrics import REQUEST_COLUMNS, request_frame
 from tests.helpers import req
-from tests.test_fast_path import workload
+from tests.test_accelerate import workload
 
 
 def _rows_one_by_one(requests) -> pd.DataFrame:

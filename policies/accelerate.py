@@ -1,0 +1,449 @@
+"""Acceleration: the steps certain to follow a planned one, taken at once.
+
+A layer beside the policies, opt-in (`limits.fast_forward`, `--no-fast-forward`): after a
+policy planned a step, the engine asks its accelerator to `extend` the plan, and takes the
+`StepRun` it gets (if any) as one event, priced by the cost model's `run_step_times`. Nothing
+here decides what a step does: the planned step is the policy's own, and a run only continues
+what it leaves, for as many steps as the policy's predicates (`policies.base.Scheduler`, "what
+accelerators ask"), its chunk rule and the block manager's arithmetic make certain. Results are
+identical to taking every step on its own (tests/test_accelerate.py runs every registered
+policy, queue order and cost model both ways).
+
+- `DecodeRuns` (any policy): when every running request decodes after the planned step and
+  the policy says the next step only continues them (`only_continues_next`), their decodes
+  repeat until the first finish (or, where the policy allows, on past finishes with the rest),
+  until their blocks run out, or until a request is delivered that could start (`arrival_waits`).
+- `ChunkRuns` (ChunkedPrefillPolicy, stall-free, registered for that exact class): also where
+  one prompt is in progress beside the decodes, its next chunks (`chunk_for`) up to the one
+  that completes it: steps whose budget the decodes and the chunk take whole admit nothing,
+  whatever waits. On the 10k reference run it takes the chunked steps of 9,966 prompts (28,199
+  steps) as 9,9xx runs: see benchmarks/README.md for what it saves.
+
+`accelerator_for(policy)` picks the one registered for the policy's exact class, else
+`DecodeRuns`, where the class that wrote the policy's `fill` says its predicates describe it
+(`accelerable`), else none: a subclass, or a new policy, runs correctly either way (docs/
+policies.md, "Writing a policy").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from itertools import accumulate, repeat
+
+from policies.base import Scheduler
+from policies.chunked_prefill import ChunkedPrefillPolicy
+from simcore.plan import Repeat, ScheduledSeq, StepPlan
+from simcore.request import Request
+from simcore.steplog import StepRecord
+
+
+class StepRun:
+    """The steps after a planned one in which each of `decoders` decodes (until its last output
+    or the run's end) and, optionally, `prompt` runs `chunks[j]` positions in step j, the last
+    of which may complete it (its first output)."""
+
+    def __init__(self, policy: Scheduler, plan: StepPlan, decoders: list[Request], contexts: list[int],
+                 firsts: list[int], steps_left: list[int], num_steps: int, first_finish: int,
+                 prompt: Request | None = None, prompt_context: int = 0, chunks: list[int] | None = None,
+                 room_from: int | None = None) -> None:
+        self.policy = policy
+        # The planned step, and what it leaves: each decoder's context, next new-block step
+        # (the block manager's `first_new_block_steps`) and steps until its last output (each at
+        # least one), and the prompt's context.
+        self.plan = plan
+        self.decoders = decoders
+        self.ids = [request.request_id for request in decoders]
+        self.contexts = contexts
+        self.firsts = firsts
+        self.steps_left = steps_left
+        self.num_steps = num_steps
+        # The run's steps before the first finish (0: one in the planned step): a request
+        # delivered before the next one starts finds the seats and blocks the planned step did.
+        self.first_finish = first_finish
+        self.prompt = prompt
+        self.prompt_context = prompt_context
+        self.chunks = chunks or []
+        # The first step with budget left beside the decodes and the chunk: admission is tried
+        # there (None: in none).
+        self.room_from = room_from
+
+    # ---- what the engine asks ---------------------------------------------------------------
+
+    def steps_kept(self, request: Request, step: int) -> int:
+        """How many of the run's steps stay as planned when `request` is delivered before step
+        `step` (from 0) starts: those before the first step that could admit it."""
+        if self.prompt is not None:
+            return max(step, self.room_from if self.room_from is not None else self.num_steps)
+        if self.policy.arrival_waits(request):
+            return max(step, self.first_finish)  # a finish frees what it waits for
+        return step
+
+    def repeats(self) -> Iterator[Repeat]:
+        """The run's steps as cost models see them: a plan and the steps that repeat it."""
+        base, advance = self._first_plan()
+        if self.prompt is not None:
+            yield from self._chunk_repeats(base, advance)
+            return
+        steps_left, num_steps = self.steps_left, self.num_steps
+        if num_steps <= self.first_finish:  # nobody leaves before the run's last step
+            yield Repeat(base, num_steps, advance)
+            return
+        # Past finishes: a repeat per stretch between them, without those that left.
+        done = 0
+        for finish in sorted(set(steps_left)):
+            if finish > done:
+                steps = min(finish, num_steps) - done
+                yield Repeat(base, steps, advance + done, tuple(i for i, left in enumerate(steps_left) if left <= done))
+                done += steps
+            if done >= num_steps:
+                return
+
+    def _first_plan(self) -> tuple[StepPlan, int]:
+        """A plan that, some steps on, is the run's first step with every chunk a whole one:
+        the planned step itself, one step on, where it ran exactly that; else that step."""
+        plan, decoders = self.plan, self.decoders
+        shape = [(request.request_id, 1) for request in decoders]
+        if self.prompt is not None:
+            shape.append((self.prompt.request_id, self.chunks[0]))
+        if len(plan.seqs) == len(shape) and all(
+                (seq.request_id, seq.num_new_tokens) == expected for seq, expected in zip(plan.seqs, shape)):
+            return plan, 1
+        seqs = _decode_seqs(decoders, self.contexts)
+        if self.prompt is not None:
+            seqs = (*seqs, ScheduledSeq(self.prompt.request_id, self.chunks[0], self.prompt_context, False,
+                                        self.prompt.prompt_len))
+        return StepPlan(plan.step_id + 1, seqs), 0
+
+    def _chunk_repeats(self, base: StepPlan, advance: int) -> Iterator[Repeat]:
+        """The decodes with the prompt's whole chunks, then the step of its last chunk."""
+        prompt, chunks = self.prompt, self.chunks
+        assert prompt is not None
+        completes = self.prompt_context + sum(chunks) == prompt.num_tokens
+        body = len(chunks) - completes
+        if body:
+            yield Repeat(base, body, advance)
+        if completes:
+            context = self.prompt_context + body * chunks[0]
+            seqs = (*_decode_seqs(self.decoders, [context + body for context in self.contexts]),
+                    ScheduledSeq(prompt.request_id, chunks[-1], context, True, prompt.prompt_len))
+            yield Repeat(StepPlan(self.plan.step_id + 1 + body, seqs), 1)
+
+    def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
+        """Complete the run's first len(step_ends) steps (after the planned one's `complete`)."""
+        policy, bm = self.policy, self.policy.bm
+        num_steps = len(step_ends)
+        delivery = policy.options.delivery_s
+        times = [end + delivery for end in step_ends] if delivery else step_ends
+        blocks_before, shared_before = bm.num_used_blocks, bm.num_shared_blocks
+        resident_before, num_running = policy.num_resident_tokens, len(policy.running)
+        # The decoders' gaps before their first output in the run (each after its own last).
+        first_gaps = [times[0] - request.last_token_s for request in self.decoders]
+        taken, new_blocks = self._apply_decodes(num_steps, times)
+        chunks, completes, prompt_gaps = self._apply_prompt(step_ends, new_blocks)
+        active = [len(self.decoders)] * num_steps if type(taken) is int else _active(taken, num_steps)
+        self._add_gaps(times, active, first_gaps, prompt_gaps)
+        # Finishes, in step order (batch order within a step, the prompt last), as stepping
+        # retires them: a decoder that leaves before the last step frees its blocks and seat there.
+        freed_blocks, freed_tokens, leaving = [0] * num_steps, [0] * num_steps, [0] * num_steps
+        done = []
+        if self.first_finish <= num_steps:
+            for left, index in sorted((left, index) for index, left in enumerate(self.steps_left) if left <= num_steps):
+                request = self.decoders[index]
+                if left < num_steps:  # (the last step's state is read after it)
+                    freed_blocks[left - 1] += bm.num_table_blocks[request.request_id]
+                    leaving[left - 1] += 1
+                freed_tokens[left - 1] += request.num_processed
+                done.append(request)
+        prompt = self.prompt
+        if completes and prompt.num_outputs >= prompt.num_target_outputs:  # type: ignore[union-attr]
+            done.append(prompt)  # type: ignore[arg-type]
+        for request in done:
+            policy.finish(request, request.last_token_s)
+        first_id = policy.num_steps
+        policy.num_steps += num_steps
+        # Each step's counts: in it, and after it (the last step's, as the state reads now).
+        num_prompt = 1 if prompt is not None else 0
+        running = [num_running - gone for gone in accumulate(leaving)]
+        blocks = [blocks_before + held for held in accumulate(a - b for a, b in zip(new_blocks, freed_blocks))]
+        resident = [resident_before + held for held in accumulate(a + c - b for a, c, b in
+                                                                  zip(active, chunks, freed_tokens))]
+        running[-1], blocks[-1], resident[-1] = len(policy.running), bm.num_used_blocks, policy.num_resident_tokens
+        record = StepRecord(
+            range(first_id, first_id + num_steps), 0.0, 0.0, _column([count + num_prompt for count in active]),
+            _column(chunks), _column(active), _column([*active[:-1], active[-1] + completes]), _column(running), 0,
+            len(policy.swapped), blocks, _until_last(shared_before, bm.num_shared_blocks, num_steps),
+            policy.host.num_used_blocks if policy.host is not None else 0, resident, 0, 0, 0, 0)
+        return done, record
+
+    def _apply_decodes(self, num_steps: int, times: list[float]) -> tuple[int | list[int], list[int]]:
+        """The decoders' steps: blocks, positions and outputs. Returns how many steps each took
+        (an int where all took every step) and the new blocks each step took."""
+        policy, bm, decoders, ids, firsts = self.policy, self.policy.bm, self.decoders, self.ids, self.firsts
+        taken: int | list[int] = num_steps
+        if self.first_finish < num_steps:  # each decodes up to its last output
+            taken = [left if left < num_steps else num_steps for left in self.steps_left]
+        new_blocks = _blocks_each_step(firsts, taken, bm.block_size, num_steps)
+        if policy.prefix.enabled:
+            # Blocks taken and filled blocks registered step by step, as stepping does: the
+            # first of two equal blocks is the one the cache keeps, and an allocation may evict.
+            # (Every decoder takes every step: with a prefix cache a run ends at its first finish.)
+            for _ in range(num_steps):
+                bm.append_decode_steps(ids, 1)
+                for request in decoders:
+                    request.num_processed += 1
+                    policy.prefix.register_full_blocks(request, request.num_processed - 1)
+                    request.num_outputs += 1
+            last = times[-1]
+            for request in decoders:
+                request.last_token_s = last
+        elif type(taken) is int:
+            bm.append_decode_steps(ids, num_steps, firsts)
+            last = times[-1]
+            for request in decoders:
+                request.num_processed += num_steps
+                request.num_outputs += num_steps
+                request.last_token_s = last
+        else:
+            bm.append_decode_steps(ids, taken, firsts)
+            for request, count in zip(decoders, taken):
+                request.num_processed += count
+                request.num_outputs += count
+                request.last_token_s = times[count - 1]
+        policy.num_resident_tokens += len(decoders) * num_steps if type(taken) is int else sum(taken)
+        return taken, new_blocks
+
+    def _add_gaps(self, times: list[float], active: list[int], first_gaps: list[float],
+                  prompt_gaps: list[float]) -> None:
+        """Inter-token gaps, step by step as stepping adds them: the decoders' first, then one a
+        step shared by those still decoding; a recompute's beside theirs in the step of its
+        last chunk."""
+        itl, last = self.policy.itl, len(times) - 1
+        if not last:
+            first_gaps = [*first_gaps, *prompt_gaps]
+        if first_gaps:
+            itl.add_gaps(first_gaps)
+        later = [step for step in range(1, last if prompt_gaps else last + 1) if active[step]]
+        itl.add_weighted([times[step] - times[step - 1] for step in later], [active[step] for step in later])
+        if prompt_gaps and last:
+            itl.add_gaps([times[last] - times[last - 1]] * active[last] + prompt_gaps)
+
+    def _apply_prompt(self, step_ends: list[float], new_blocks: list[int]) -> tuple[list[int], bool, list[float]]:
+        """The prompt's chunks in the first len(step_ends) steps, and its first output where they
+        complete it: (the positions each step ran, none without a prompt; whether they complete
+        it; the gap before that output, for a recompute). Adds the blocks it takes each step to
+        `new_blocks`."""
+        prompt, num_steps = self.prompt, len(step_ends)
+        if prompt is None:
+            return [0] * num_steps, False, []
+        policy, bm = self.policy, self.policy.bm
+        chunks = self.chunks[:num_steps]
+        request_id, total = prompt.request_id, sum(chunks)
+        held = held_before = bm.num_table_blocks[request_id]
+        bm.append(request_id, total)
+        resuming = request_id in policy.preempted_at
+        for step, chunk in enumerate(chunks):  # step by step: blocks, and a recompute back where it was
+            prompt.num_processed += chunk
+            grown = max(bm.blocks_for(prompt.num_processed), held_before)
+            new_blocks[step] += grown - held
+            held = grown
+            if resuming and request_id in policy.preempted_at:
+                policy.note_resumed(prompt, step_ends[step])
+        policy.num_resident_tokens += total
+        if prompt.num_processed < prompt.num_tokens:
+            return chunks, False, []
+        return chunks, True, policy.select_outputs([prompt], step_ends[-1])
+
+
+def _decode_seqs(decoders: list[Request], contexts: list[int]) -> tuple[ScheduledSeq, ...]:
+    """One decode each, on the given contexts."""
+    return tuple(ScheduledSeq(request.request_id, 1, context, True, request.prompt_len)
+                 for request, context in zip(decoders, contexts))
+
+
+def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int, num_steps: int) -> list[int]:
+    """New blocks each of `num_steps` steps takes, where each request (next new block at step
+    `firsts`) decodes its first `taken` steps (all of them, where an int): one at its first,
+    then every block_size steps."""
+    if type(taken) is int and taken <= block_size:  # at most one each: at its first, if in the run
+        by_step = Counter(firsts)
+        return [by_step[step] for step in range(1, num_steps + 1)]
+    new_blocks = [0] * num_steps
+    counts = repeat(taken) if type(taken) is int else taken
+    for first, count in zip(firsts, counts):
+        if first <= count:
+            for step in range(first, count + 1, block_size):
+                new_blocks[step - 1] += 1
+    return new_blocks
+
+
+def _active(taken: list[int], num_steps: int) -> list[int]:
+    """How many of the decoders (each taking its `taken` steps) decode in each step."""
+    num_taking = [0] * (num_steps + 1)
+    for count in taken:
+        num_taking[count] += 1
+    return [len(taken) - gone for gone in accumulate(num_taking[:num_steps])]
+
+
+def _column(values: list[int]) -> int | list[int]:
+    """A run's column: one value where every step has it, else a value a step."""
+    return values[0] if values.count(values[0]) == len(values) else values
+
+
+def _until_last(before: int, after: int, num_steps: int) -> int | list[int]:
+    """A column that holds `before` until the run's last step, which shows `after`."""
+    return before if before == after else [*([before] * (num_steps - 1)), after]
+
+
+def _after(policy: Scheduler, plan: StepPlan) -> tuple[list[int], list[int]]:
+    """Each running request's processed positions and outputs once `plan` has run (batch order)."""
+    by_id = {seq.request_id: seq for seq in plan.seqs}
+    processed, outputs = [], []
+    for request in policy.running:
+        seq = by_id.get(request.request_id)
+        if seq is None:
+            processed.append(request.num_processed)
+            outputs.append(request.num_outputs)
+        else:
+            processed.append(seq.context_len + seq.num_new_tokens)
+            outputs.append(request.num_outputs + seq.selects_token)
+    return processed, outputs
+
+
+def _decoding(request: Request, processed: int, outputs: int) -> bool:
+    """Whether a request with these counts has its prompt done and exactly its newest output to process."""
+    return outputs > 0 and request.prompt_len + outputs - processed == 1
+
+
+class DecodeRuns:
+    """The generic accelerator: runs of decode-only steps of an unchanged batch."""
+
+    def __init__(self, policy: Scheduler) -> None:
+        self.policy = policy
+
+    def extend(self, plan: StepPlan, *, closed_loop: bool) -> StepRun | None:
+        policy = self.policy
+        if policy.emit_block_tables or not policy.running:
+            return None
+        return self._decode_run(plan, *_after(policy, plan), closed_loop=closed_loop)
+
+    def _decode_run(self, plan: StepPlan, processed: list[int], outputs: list[int], *,
+                    closed_loop: bool) -> StepRun | None:
+        """Where every running request decodes once `plan` has run (`processed`, `outputs`) and
+        the next step only continues them: their decodes, repeated."""
+        policy = self.policy
+        running = policy.running
+        if not all(map(_decoding, running, processed, outputs)) or not policy.only_continues_next(plan):
+            return None
+        if policy.preempted_at and not policy.preempted_at.keys().isdisjoint(r.request_id for r in running):
+            return None  # (never after a step that left it decoding: a safety net)
+        steps_left = [request.num_target_outputs - count for request, count in zip(running, outputs)]
+        first_finish = min(steps_left)
+        past_finishes = not closed_loop and policy.runs_past_finishes()
+        decoders, contexts = list(running), processed
+        if first_finish < 1:  # some finish in the planned step
+            if not past_finishes:
+                return None
+            going_on = [index for index, left in enumerate(steps_left) if left]
+            decoders, contexts, steps_left = ([column[i] for i in going_on] for column in (running, processed, steps_left))
+            if not decoders:
+                return None
+        limit = max(steps_left) if past_finishes else min(steps_left)
+        # Blocks are counted as if those that finish kept growing: never more than stepping needs.
+        ids = [request.request_id for request in decoders]
+        firsts = policy.bm.first_new_block_steps(ids)
+        num_steps = policy.bm.max_decode_steps(ids, limit, firsts)
+        if num_steps < 1:
+            return None
+        return StepRun(policy, plan, decoders, contexts, firsts, steps_left, num_steps, first_finish)
+
+
+class ChunkRuns(DecodeRuns):
+    """Chunked prefill's runs: decodes beside one prompt's chunks, else the generic ones."""
+
+    policy: ChunkedPrefillPolicy
+
+    def extend(self, plan: StepPlan, *, closed_loop: bool) -> StepRun | None:
+        policy = self.policy
+        if policy.emit_block_tables or not policy.running:
+            return None
+        processed, outputs = _after(policy, plan)
+        return self._chunk_run(plan, processed, outputs) or \
+            self._decode_run(plan, processed, outputs, closed_loop=closed_loop)
+
+    def _chunk_run(self, plan: StepPlan, processed: list[int], outputs: list[int]) -> StepRun | None:
+        """After a step that leaves every running request decoding but the newest, a prompt in
+        progress (`processed`, `outputs`: as `plan` leaves them): the steps that run every decode
+        and that prompt's next chunk, as `fill` (stall-free) does when no swapped request waits
+        and nothing is admitted. Admission is tried only in a step whose budget the decodes and
+        the chunk leave room in (`room_from`): the run stops before one while requests wait. It
+        stops at the first finish, whose seat and budget change the next steps, and runs where
+        blocks are counted only."""
+        policy = self.policy
+        running = policy.running
+        if policy.order != "stall_free" or policy.bm.tracks_block_ids or policy.swapped or plan.preempted_ids \
+                or plan.moves_blocks:
+            return None
+        prompt = running[-1]
+        prompt_processed, prompt_outputs = processed[-1], outputs[-1]
+        pending = prompt.prompt_len + prompt_outputs - prompt_processed
+        if _decoding(prompt, prompt_processed, prompt_outputs) or pending < 1:
+            return None
+        decoders, contexts = running[:-1], processed[:-1]
+        if not all(map(_decoding, decoders, contexts, outputs)):
+            return None
+        steps_left = [request.num_target_outputs - count for request, count in zip(decoders, outputs)]
+        first_finish = min(steps_left) if steps_left else pending
+        if first_finish < 1:
+            return None
+        options, num_decodes = policy.options, len(decoders)
+        tokens_left = options.max_num_batched_tokens - num_decodes
+        seats_left = options.max_num_seqs - num_decodes - 1
+        recompute = prompt_outputs > 0
+        # The prompt's chunks, one a step, to its last, while no decoder finishes.
+        chunks: list[int] = []
+        room_from = None
+        while pending > 0 and len(chunks) < first_finish:
+            chunk = policy.chunk_for(pending, tokens_left)
+            if chunk < 1 or (recompute and chunk == 1):
+                break  # no budget; or a recompute's one position, which a step counts as a decode
+            if room_from is None and seats_left > 0 and chunk < tokens_left:
+                if policy.waiting:
+                    break  # admission is tried there, with requests waiting
+                room_from = len(chunks)
+            chunks.append(chunk)
+            pending -= chunk
+        firsts = policy.bm.first_new_block_steps([request.request_id for request in decoders])
+        num_steps = _chunk_steps_within(policy, firsts, prompt, prompt_processed, chunks)
+        if num_steps < 1:
+            return None
+        return StepRun(policy, plan, list(decoders), contexts, firsts, steps_left, num_steps, first_finish, prompt,
+                       prompt_processed, chunks[:num_steps], room_from)
+
+
+def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, prompt_processed: int,
+                        chunks: list[int]) -> int:
+    """Most of the steps with these chunks whose new blocks, decodes' and prompt's, are free."""
+    bm = policy.bm
+    held = bm.num_table_blocks[prompt.request_id]
+    free, bs = bm.num_free_blocks, bm.block_size
+    decode_blocks = accumulate(_blocks_each_step(firsts, len(chunks), bs, len(chunks)))
+    for step, (positions, taken) in enumerate(zip(accumulate(chunks), decode_blocks)):
+        if taken + max(bm.blocks_for(prompt_processed + positions) - held, 0) > free:
+            return step
+    return len(chunks)
+
+
+def accelerator_for(policy: Scheduler) -> DecodeRuns | None:
+    """The accelerator registered for the policy's exact class, else the generic one where the
+    class that wrote the policy's `fill` says its predicates describe it (`accelerable`), else
+    None: plain stepping."""
+    cls = type(policy)
+    if cls in ACCELERATORS:
+        return ACCELERATORS[cls](policy)
+    filler = next(klass for klass in cls.__mro__ if "fill" in vars(klass))
+    return DecodeRuns(policy) if vars(filler).get("accelerable", False) else None
+
+
+# Accelerators for an exact policy class, each justified by its measured gain (its docstring).
+ACCELERATORS: dict[type, type[DecodeRuns]] = {ChunkedPrefillPolicy: ChunkRuns}
