@@ -53,7 +53,7 @@ MODELS = ["llama-3.1-8b", "llama-3.2-1b", "tiny-llama", "mistral-7b", "qwen2.5-7
 HARDWARE = ["h100-sxm", "a100-80gb", "h200", "l4", "cpu"]
 POLICY_NAMES = ["static", "continuous", "chunked_prefill", "offload"]
 KINDS = ["poisson", "gamma", "constant", "burst", "fixed", "uniform", "lognormal", "normal", "empirical",
-         "exponential", "zipf"]
+         "exponential", "zipf", "choice"]
 JUNK_CONSTANTS = [
     0, -1, 1, 2, 10**12, 2**63, 10**30, -(10**12), 0.0, -0.0, 0.5, -2.5, 1e300, -1e300, 1e-300,
     math.nan, math.inf, -math.inf, True, False, None, "", "abc", "1", "1e3", "nan", "inf", [], {}, [1, 2],
@@ -67,6 +67,7 @@ KNOWN_KEYS = [
     "max_batch_size", "max_num_seqs", "max_num_batched_tokens", "admission", "preemption", "watermark",
     "max_model_len", "delivery_ms", "slo", "ttft_ms", "max_sim_time_s", "max_wall_time_s", "check_invariants",
     "step_s", "per_token_s", "mfu", "mbu", "label", "base", "order", "mixed", "padded", "spill_prefix",
+    "priority", "values", "weights",
 ]
 
 
@@ -120,6 +121,21 @@ def arrivals(draw) -> dict:
 
 
 @st.composite
+def priorities(draw) -> dict:
+    kind = draw(st.sampled_from(["fixed", "uniform", "choice"]))
+    if kind == "fixed":
+        return {"kind": "fixed", "value": draw(st.integers(-(2**31), 2**31 - 1))}
+    if kind == "uniform":
+        low = draw(st.integers(-5, 5))
+        return {"kind": "uniform", "low": low, "high": low + draw(st.integers(0, 5))}
+    values = draw(st.lists(st.integers(-3, 3), min_size=1, max_size=4))
+    spec: dict[str, Any] = {"kind": "choice", "values": values}
+    if draw(st.booleans()):
+        spec["weights"] = draw(st.lists(st.floats(1e-300, 1e300), min_size=len(values), max_size=len(values)))
+    return spec
+
+
+@st.composite
 def workloads(draw) -> dict:
     spec: dict[str, Any] = {
         "num_requests": draw(st.integers(1, 30)),
@@ -138,6 +154,8 @@ def workloads(draw) -> dict:
                             "turns": draw(st.sampled_from([{"kind": "fixed", "value": 2},
                                                            {"kind": "uniform", "low": 1, "high": 4}]).map(copy.deepcopy)),
                             "think_time_s": draw(durations())}
+    if draw(st.integers(0, 3)) == 0:
+        spec["priority"] = draw(priorities())
     return spec
 
 

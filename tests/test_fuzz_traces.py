@@ -105,7 +105,7 @@ def ragged(draw, row: list[str]) -> list[str]:  # noqa: ANN001
 def generic_csv(draw) -> tuple[str, str, dict]:
     corruption(draw)
     extras = draw(st.lists(st.sampled_from(["session_id", "turn", "cache_salt", "adapter_id", "prefix_key",
-                                            "prefix_len", "prompt_token_ids", "segments"]),
+                                            "prefix_len", "prompt_token_ids", "segments", "priority"]),
                            unique=True, max_size=2))
     names = ["arrival_s", "prompt_len", "output_len", *extras]
     rows = []
@@ -125,6 +125,8 @@ def _extra_cell(draw, name: str, row: list[str]) -> str:  # noqa: ANN001
         return draw(st.sampled_from(["a", "b", "", "s1", "0"]))
     if name == "turn":
         return maybe(draw, cell, str(draw(st.integers(0, 3))))
+    if name == "priority":
+        return maybe(draw, cell, str(draw(st.sampled_from([0, 1, -1, 2**31 - 1, -(2**31)]))))
     if name == "prefix_len":
         return maybe(draw, cell, str(draw(st.integers(1, 20))))
     if name == "prompt_token_ids":
@@ -161,8 +163,9 @@ def generic_jsonl(draw) -> tuple[str, str, dict]:
             record["segments"] = maybe(draw, json_value, [[draw(st.sampled_from(["k", "j"])), n]])
             record["prompt_len"] = maybe(draw, json_value, n)
         if draw(st.integers(0, 4)) == 0:
-            key = draw(st.sampled_from(["session_id", "cache_salt", "adapter_id", "junk"]))
-            record[key] = maybe(draw, json_value, draw(st.sampled_from(["a", "b", None])))
+            key = draw(st.sampled_from(["session_id", "cache_salt", "adapter_id", "junk", "priority"]))
+            good = draw(st.integers(-3, 3)) if key == "priority" else draw(st.sampled_from(["a", "b", None]))
+            record[key] = maybe(draw, json_value, good)
         if chance(draw, 6):
             record.pop(draw(st.sampled_from(sorted(record))))
         lines.append(json.dumps(record))

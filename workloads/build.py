@@ -20,7 +20,8 @@ from workloads.spec import WorkloadSpec
 from workloads.streams import stream
 
 # Columns a request table may carry beyond arrival_s / prompt_len / output_len.
-OPTIONAL_FIELDS = ("prompt_token_ids", "segments", "cache_salt", "adapter_id", "session_id", "output_key", "turn")
+OPTIONAL_FIELDS = ("prompt_token_ids", "segments", "cache_salt", "adapter_id", "session_id", "output_key", "turn",
+                   "priority")
 # Generated sessions also carry `turn_row`/`parent_row` (see sessions.session_table) and `think_time_s`.
 
 
@@ -76,7 +77,34 @@ def _build(spec: WorkloadSpec, *, seed: int, base_dir: Path, source: str | None)
         table = synthetic_table(spec, seed)
     think_where = "workload.trace.think_time_s" if spec.trace is not None else "workload.sessions.think_time_s"
     _check_times_finite(table, source, think_where)
+    if spec.priority is not None:
+        table = _with_priorities(table, spec, seed, source)
     return Workload(to_requests(table, max_tokens=spec.max_tokens), notes)
+
+
+def _with_priorities(table: pd.DataFrame, spec: WorkloadSpec, seed: int, source: str | None) -> pd.DataFrame:
+    """`table` (final rows, in arrival order) with a `priority` column drawn from `spec.priority`.
+
+    Drawn last, after any window, sample or cap, so the draws follow the requests that are kept.
+    """
+    assert spec.priority is not None
+    from workloads.priorities import draw_priorities
+
+    if "priority" in table:
+        # Only a trace brings the column. Two sources for one value: silently preferring either
+        # would hide the other from the user.
+        assert spec.trace is not None
+        column = getattr(spec.trace, "columns", {}).get("priority", "priority")
+        raise ConfigError("both this key and the trace's own column give each request's priority",
+                          source=source, where="workload.priority",
+                          expected="only one of them (remove workload.priority, or the column)",
+                          found=f"column {column!r} in {spec.trace.path}")
+    if len(table) > 1 and np.any(np.diff(table["arrival_s"].to_numpy()) < 0):
+        # to_requests would reorder the rows; draw in the order the requests will have.
+        table = table.sort_values("arrival_s", kind="stable")
+    table = table.reset_index(drop=True)
+    table["priority"] = draw_priorities(spec.priority, table, seed)
+    return table
 
 
 def _check_times_finite(table: pd.DataFrame, source: str | None, think_where: str) -> None:
@@ -130,14 +158,15 @@ def to_requests(table: pd.DataFrame, *, max_tokens: int | None = None) -> list[R
     # Absent columns are endless repeats of the default, so this zip cannot be strict.
     ids, segments, salts, adapters, sessions, out_keys = (_optional(table, name) for name in OPTIONAL_FIELDS[:6])
     turns = table["turn"].to_numpy(dtype=np.int64).tolist() if "turn" in table else itertools.repeat(0)
+    priorities = table["priority"].to_numpy(dtype=np.int64).tolist() if "priority" in table else itertools.repeat(0)
     parents, thinks = _turn_links(table)
     return [
         Request(request_id=i, arrival_s=a, prompt_len=p, output_len=o, max_tokens=max_tokens, prompt_token_ids=t,
                 segments=s, cache_salt=c, adapter_id=d, session_id=sid, turn=k, output_key=ok, parent_id=pa,
-                think_time_s=th)
-        for i, (a, p, o, t, s, c, d, sid, ok, k, pa, th) in enumerate(
+                think_time_s=th, priority=pr)
+        for i, (a, p, o, t, s, c, d, sid, ok, k, pa, th, pr) in enumerate(
             zip(arrival.tolist(), prompt, output, ids, segments, salts, adapters, sessions, out_keys, turns,
-                parents, thinks, strict=False)
+                parents, thinks, priorities, strict=False)
         )
     ]
 

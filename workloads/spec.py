@@ -12,6 +12,7 @@ prefixes or multi-turn sessions) or a trace file (with options to window, sample
       prefix: {num_prefixes: 8, prefix_len: {kind: fixed, value: 1024}, choice: {kind: zipf, s: 1.1}}
       sessions: {num_sessions: 50, turns: {kind: uniform, low: 1, high: 6},
                  think_time_s: {kind: lognormal, median: 20, sigma: 0.5}}
+      priority: {kind: choice, values: [0, 1, 2], weights: [0.2, 0.3, 0.5]}   # lower is served first
       # or instead of arrivals/prompt_len/output_len/prefix/sessions:
       trace: {path: builtin:azure_conv_2023, time_window: [0, 600]}
 
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
 MAX_TOKENS = 2**31 - 1
 # Largest number of requests, sessions or prefixes a workload may ask for.
 MAX_COUNT = 10**9
+# Request priorities: any int32, negatives included (vLLM's default is 0, lower first); ample for any
+# labelling scheme, and every value fits an int32 column of a results or trace file.
+MIN_PRIORITY = -(2**31)
+MAX_PRIORITY = 2**31 - 1
 
 
 class StrictModel(BaseModel):
@@ -190,6 +195,54 @@ DurationDist = Annotated[
 ]
 
 
+# --- request priorities (integers, negatives allowed) ------------------------------------------
+# The length kinds above cannot be reused: they require values >= 1, and priorities are usually
+# small labels around 0 (vLLM's default) where a clipped lognormal means nothing.
+
+PriorityValue = Annotated[int, Field(ge=MIN_PRIORITY, le=MAX_PRIORITY)]
+
+
+class FixedPriority(StrictModel):
+    """Every request gets `value`."""
+
+    kind: Literal["fixed"]
+    value: PriorityValue
+
+
+class UniformPriority(StrictModel):
+    """Integers drawn uniformly from [low, high], both ends included."""
+
+    kind: Literal["uniform"]
+    low: PriorityValue
+    high: PriorityValue
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformPriority:
+        _check_order(self.low, self.high, "low", "high")
+        return self
+
+
+class ChoicePriority(StrictModel):
+    """Each draw is one of `values`, with probability proportional to `weights` (equal when left out)."""
+
+    kind: Literal["choice"]
+    values: list[PriorityValue] = Field(min_length=1)
+    # One positive, finite weight per value; they need not sum to 1.
+    weights: list[Annotated[float, Field(gt=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _matching_weights(self) -> ChoicePriority:
+        if self.weights is not None and len(self.weights) != len(self.values):
+            raise PydanticCustomError(
+                "length", "weights has {found} entries but values has {expected}: give one weight per value",
+                {"found": len(self.weights), "expected": len(self.values)},
+            )
+        return self
+
+
+PriorityDist = Annotated[FixedPriority | UniformPriority | ChoicePriority, Field(discriminator="kind")]
+
+
 # --- shared prefixes and sessions --------------------------------------------------------------
 
 
@@ -235,7 +288,7 @@ class SessionSpec(StrictModel):
 BUILTIN_FORMATS = {"builtin:azure_conv_2023": "azure"}
 GENERIC_COLUMNS = (
     "arrival_s", "prompt_len", "output_len", "prompt_token_ids", "segments", "prefix_key", "prefix_len",
-    "session_id", "turn", "cache_salt", "adapter_id",
+    "session_id", "turn", "cache_salt", "adapter_id", "priority",
 )
 
 
@@ -271,7 +324,12 @@ class TimedTrace(TraceBase):
 
 
 class GenericTrace(TimedTrace):
-    """Our own columns (arrival_s, prompt_len, output_len, ...), renamed with `columns`."""
+    """Our own columns (arrival_s, prompt_len, output_len, ...), renamed with `columns`.
+
+    Optional columns: prompt_token_ids or segments (prompt content), prefix_key + prefix_len,
+    session_id, turn, cache_salt, adapter_id, and priority (a whole number in int32 range,
+    negatives allowed, lower served first; every row needs one when the column is there).
+    """
 
     format: Literal["csv", "jsonl", "parquet"]
     columns: dict[str, str] = Field(default_factory=dict, description="our column name -> the file's")
@@ -362,6 +420,11 @@ class WorkloadSpec(StrictModel):
     prefix: PrefixSpec | None = None
     sessions: SessionSpec | None = None
     trace: TraceSpec | None = None
+    # Each request's scheduling priority (lower is served first under a policy's `queue_order:
+    # priority`); every request gets 0 when left out. One draw per session, shared by its turns;
+    # with a trace, one per row (per session for rows with a session_id, and per conversation for
+    # sharegpt). A trace with its own `priority` column and this key at once is an error.
+    priority: PriorityDist | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> WorkloadSpec:
@@ -401,7 +464,7 @@ def _check_trace_combination(spec: WorkloadSpec) -> None:
 
 def parse_workload(data: Any, *, source: str | Path | None = None) -> WorkloadSpec:
     """The `workload:` mapping of an experiment file as a WorkloadSpec, or a ConfigError naming the key."""
-    from experiments.validate import config_error_from_pydantic
+    from simcore.validate import config_error_from_pydantic
 
     try:
         return WorkloadSpec.model_validate(data)

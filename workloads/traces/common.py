@@ -3,7 +3,8 @@
 A reader returns a `TraceData` whose frame has one row per request with the columns
 `arrival_s` (float seconds), `prompt_len`, `output_len` (int64) and `row` (the 1-based data row
 of a table, or line number of a JSONL file, used in error messages), plus any of the optional
-columns `prompt_token_ids`, `segments`, `session_id`, `turn`, `cache_salt`, `adapter_id`.
+columns `prompt_token_ids`, `segments`, `session_id`, `turn`, `cache_salt`, `adapter_id`,
+`priority`.
 """
 
 from __future__ import annotations
@@ -84,6 +85,24 @@ def token_counts(
             "bad token count", source=str(source), where=where(unit, int(frame["row"].iat[i]), label or column),
             expected=f"a whole number >= {minimum}" if values[i] <= MAX_TOKENS else f"at most {MAX_TOKENS}",
             found=_plain(values[i]),
+        )
+    return values.astype(np.int64)
+
+
+def whole_numbers(
+    frame: pd.DataFrame, column: str, *, source: Path, unit: str, low: int, high: int, problem: str,
+    label: str | None = None,
+) -> np.ndarray:
+    """A column of whole numbers in [low, high] as int64; the first other cell (empty, text, a
+    fraction, out of range) is an error naming its row. Unlike `token_counts`, `low` may be
+    negative (priorities)."""
+    values = numbers(frame, column, source=source, unit=unit, label=label)
+    bad = np.flatnonzero((values != np.floor(values)) | (values < low) | (values > high))
+    if len(bad):
+        i = int(bad[0])
+        raise ConfigError(
+            problem, source=str(source), where=where(unit, int(frame["row"].iat[i]), label or column),
+            expected=f"a whole number from {low} to {high}", found=_plain(values[i]),
         )
     return values.astype(np.int64)
 

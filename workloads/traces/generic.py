@@ -4,7 +4,9 @@ Columns may be renamed with `columns: {our_name: file_name}`. Optional per-reque
 `prompt_token_ids` (list of ints; prompt_len defaults to its length), `segments` (list of
 [content_key, num_tokens]; prompt_len defaults to their sum), or `prefix_key` + `prefix_len` (a
 shared prefix followed by a tail unique to the row). In CSV the list-valued cells are JSON text.
-Also `session_id`, `turn`, `cache_salt`, `adapter_id`.
+Also `session_id`, `turn`, `cache_salt`, `adapter_id`, and `priority` (a whole number in int32
+range, negatives allowed, lower served first under `queue_order: priority`; when the column is
+there every row needs one, as for `turn`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pandas as pd
 
 from simcore.errors import ConfigError
 from simcore.request import Segment
-from workloads.spec import GENERIC_COLUMNS
+from workloads.spec import GENERIC_COLUMNS, MAX_PRIORITY, MIN_PRIORITY
 from workloads.traces.common import (
     TraceData,
     finish,
@@ -31,6 +33,7 @@ from workloads.traces.common import (
     text_or_none,
     token_counts,
     where,
+    whole_numbers,
 )
 
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
@@ -65,6 +68,9 @@ def read_generic(
             out[ours] = text_or_none(frame[names[ours]])
     if names["turn"] in header:
         out["turn"] = token_counts(frame, names["turn"], source=path, unit=unit, minimum=0)
+    if names["priority"] in header:
+        out["priority"] = whole_numbers(frame, names["priority"], source=path, unit=unit, low=MIN_PRIORITY,
+                                        high=MAX_PRIORITY, problem="bad priority")
     return TraceData(number_turns(finish(out, keep_absolute=keep_absolute)))
 
 
