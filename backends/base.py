@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simcore.model import ModelSpec
-from simcore.pricing import CostModel, run_step_times, step_extras
+from simcore.pricing import CostModel, repeat_times, step_extras
 
-__all__ = ["CostContext", "CostModel", "run_step_times", "step_extras"]
+__all__ = ["CostContext", "CostModel", "repeat_times", "step_extras"]
 
 
 @dataclass(frozen=True)

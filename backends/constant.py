@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import sys
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from backends.base import CostContext
@@ -41,15 +39,14 @@ class ConstantCostModel:
         compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * len(plan.seqs)
         return compute + self.transfer_time(plan)
 
-    def run_step_times(self, repeats: Iterable[Repeat]) -> Iterator[float]:
-        """Times of a run's steps, bit-equal to step_time: a step's time does not depend on
-        context, so a repeat's steps all take its plan's (which moves no blocks)."""
-        for repeat in repeats:
-            plan = repeat.plan
-            if repeat.without:  # requests that left: the plan without them
-                gone = set(repeat.without)
-                plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
-            yield from itertools.repeat(self.step_time(plan), repeat.num_steps)
+    def repeat_times(self, repeat: Repeat) -> list[float]:
+        """Times of a repeat's steps, bit-equal to step_time: a step's time does not depend on
+        context, so every step takes its plan's (which moves no blocks)."""
+        plan = repeat.plan
+        if repeat.without:  # requests that left: the plan without them
+            gone = set(repeat.without)
+            plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
+        return [self.step_time(plan)] * repeat.num_steps
 
     def transfer_time(self, plan: StepPlan) -> float:
         num_moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)
@@ -59,6 +56,6 @@ class ConstantCostModel:
 
 
 def make_constant(params: dict, ctx: CostContext) -> ConstantCostModel:
-    from experiments.validate import build_model_from_params
+    from simcore.validate import build_model_from_params
 
     return build_model_from_params(ConstantCostModel, params, where="cost_model", source=ctx.source)

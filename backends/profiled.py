@@ -29,7 +29,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -387,38 +386,39 @@ class ProfiledCostModel:
             compute = max(self.fit.predict_one(plan_shape(plan)), 0.0)
         return compute + self.transfer_time(plan)
 
-    def run_step_times(self, repeats: Iterable[Repeat]) -> Iterator[float]:
-        """Times of a run's steps, bit-equal to step_time on each step's plan: the descriptors
+    def repeat_times(self, repeat: Repeat) -> list[float]:
+        """Times of a repeat's steps, bit-equal to step_time on each step's plan: the descriptors
         that grow with context worked out in integers per step (a decode's context grows by
         one a step, a prompt chunk's by the chunk), the rest as `plan_shape` gives them, through
         the same sum."""
-        for repeat in repeats:
-            plan = repeat.plan
-            if repeat.without:  # requests that left: the plan without them
-                gone = set(repeat.without)
-                plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
-            decodes = [seq.context_len for seq in plan.seqs if seq.is_decode]
-            prompts = [(seq.num_new_tokens, seq.context_len) for seq in plan.seqs if not seq.is_decode]
-            if any(q == 1 for q, _ in prompts):
-                # A one-position prompt piece may read as a decode further on: priced plan by plan.
-                yield from map(self.step_time, repeat._replace(plan=plan, without=()).plans())
-                continue
-            row = plan_shape(plan)
-            decode_context, num_decodes = sum(decodes), len(decodes)
-            prompt_context = sum(c for _, c in prompts)
-            prompt_work, prompt_squares = sum(q * c for q, c in prompts), sum(q * q for q, _ in prompts)
-            prompt_tokens = sum(q for q, _ in prompts)
-            for step in range(repeat.advance, repeat.advance + repeat.num_steps):
-                contexts = [c + step * q for q, c in prompts]
-                if decodes:
-                    contexts.append(max(decodes) + step)
-                row["sum_context"] = float(decode_context + step * num_decodes + prompt_context + step * prompt_tokens)
-                row["max_context"] = float(max(contexts))
-                row["sum_decode_context"] = float(decode_context + step * num_decodes)
-                row["sum_prefill_context"] = float(prompt_work + step * prompt_squares)
-                row["num_prefill_continuations"] = float(sum(1 for c in contexts[:len(prompts)] if c > 0))
-                # (No transfers: a repeat's plan moves no blocks.)
-                yield max(self.fit.predict_one(row), 0.0) + 0.0
+        plan = repeat.plan
+        if repeat.without:  # requests that left: the plan without them
+            gone = set(repeat.without)
+            plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
+            repeat = Repeat(plan, repeat.num_steps, repeat.advance)
+        decodes = [seq.context_len for seq in plan.seqs if seq.is_decode]
+        prompts = [(seq.num_new_tokens, seq.context_len) for seq in plan.seqs if not seq.is_decode]
+        if any(q == 1 for q, _ in prompts):
+            # A one-position prompt piece may read as a decode further on: priced plan by plan.
+            return [self.step_time(step) for step in repeat.plans()]
+        row = plan_shape(plan)
+        decode_context, num_decodes = sum(decodes), len(decodes)
+        prompt_context = sum(c for _, c in prompts)
+        prompt_work, prompt_squares = sum(q * c for q, c in prompts), sum(q * q for q, _ in prompts)
+        prompt_tokens = sum(q for q, _ in prompts)
+        times = []
+        for step in range(repeat.advance, repeat.advance + repeat.num_steps):
+            contexts = [c + step * q for q, c in prompts]
+            if decodes:
+                contexts.append(max(decodes) + step)
+            row["sum_context"] = float(decode_context + step * num_decodes + prompt_context + step * prompt_tokens)
+            row["max_context"] = float(max(contexts))
+            row["sum_decode_context"] = float(decode_context + step * num_decodes)
+            row["sum_prefill_context"] = float(prompt_work + step * prompt_squares)
+            row["num_prefill_continuations"] = float(sum(1 for c in contexts[:len(prompts)] if c > 0))
+            # (No transfers: a repeat's plan moves no blocks.)
+            times.append(max(self.fit.predict_one(row), 0.0) + 0.0)
+        return times
 
     def transfer_time(self, plan: StepPlan) -> float:
         moved = len(plan.blocks_to_swap_in) + len(plan.blocks_to_swap_out)
@@ -439,7 +439,7 @@ class ProfiledParams:
 
 
 def make_profiled(params: dict, ctx: CostContext) -> ProfiledCostModel:
-    from experiments.validate import build_model_from_params
+    from simcore.validate import build_model_from_params
 
     source = str(ctx.source) if ctx.source else None
     p = build_model_from_params(ProfiledParams, dict(params or {}), where="cost_model", source=source)

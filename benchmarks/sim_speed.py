@@ -1,4 +1,4 @@
-"""Simulator speed and memory on the reference workload (issue: 10k requests in about a second).
+"""Simulator speed and memory on the reference workload.
 
 Reference: the first 10,000 rows of the Azure 2023 conversation trace (bundled as
 builtin:azure_conv_2023) for prompt/output lengths, Poisson arrivals at 4 requests/s (seed 0),
@@ -9,28 +9,29 @@ its own) and writes full per-request and per-step Parquet outputs.
 
     python benchmarks/sim_speed.py                      # 10k and 100k
     python benchmarks/sim_speed.py --sizes 10000 100000 1000000
-    python benchmarks/sim_speed.py --sizes 10000 --profile-table tests/data/profiles/cpu-tiny-llama.csv
     python benchmarks/sim_speed.py --sizes 10000 --repeat 5     # best and median of 5 fresh runs
+    python benchmarks/sim_speed.py --sizes 10000 --trees ../before .   # two trees side by side
+    python benchmarks/sim_speed.py --sizes 10000 --stepping           # also one step at a time
+    python benchmarks/sim_speed.py --sizes 10000 --queue-order priority --stepping
+    python benchmarks/sim_speed.py --sizes 10000 --profile-table tests/data/profiles/cpu-tiny-llama.csv
     python benchmarks/sim_speed.py --sizes 10000 --prefix-caching  # the same with the prefix cache on
     python benchmarks/sim_speed.py --sizes 10000 --policies offload  # chunked prefill with a host tier
 
 On a shared machine one run's wall time can be 15% or more off the next one's, minutes apart. With
-`--repeat N` each case runs N times, the policies taking turns (so that a slow spell falls on
-each), and the table gives the best wall and simulation-loop times, as `timeit` does (the
-noise only ever adds time), and the median wall time; the runs must agree on every count.
+`--repeat N` each case runs N times, the cases (policies, modes, trees) taking turns so that a
+slow spell falls on each, and the table gives the best wall and simulation-loop times, as `timeit`
+does (the noise only ever adds time), and the median wall time; the runs must agree on every
+count. Compare trees only side by side in one run (`--trees`): `x tree 0` is each row's best wall
+time over the first tree's.
 
 Beside the wall time, each case reports its CPU time (`cpu s`: user and system time of its
 process, from the experiment's parsing to its last output file) and the CPU time the machine's
 hypervisor gave to others meanwhile (`stolen s`: /proc/stat's steal counter, all CPUs together;
-`-` where the system reports none): time a run may have waited for a CPU it was due, which
-no change to the code can save. A run can also be slow with nothing stolen (seen here: 1M chunked prefill in 102.9 s and 108.7 s on the same tree, CPU time
-equal to wall time, where the session before measured 88.6 s): the host's other tenants share
-its caches and memory bandwidth. Instruction counts (`sim_instructions.py`) are what stays put.
+`-` where the system reports none): time a run may have waited for a CPU it was due.
 
 The project's modules are compiled to bytecode first, as an install or a first run leaves them
 (`--no-compile`: as found). These machines set PYTHONDONTWRITEBYTECODE=1, so nothing else writes
-it, and every run would compile again the modules the simulator imports once it has started
-(the policies, the cost model, the workload builders): about 40 ms of a 10k run.
+it, and every run would compile again the modules the simulator imports once it has started.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ REFERENCE_POLICIES = ["continuous", "chunked_prefill"]
 HOST_MEMORY_GIB = {"offload": 16.0}
 
 
-def experiment(size: int, policy: str, profile_table: str | None = None, prefix_caching: bool = False) -> dict:
+def experiment(size: int, policy: str, profile_table: str | None = None, prefix_caching: bool = False,
+               queue_order: str | None = None, stepping: bool = False) -> dict:
     trace = {"path": "builtin:azure_conv_2023", "lengths_only": True}
     if size > 10_000:
         trace["sample"] = {"n": size, "seed": 1, "replace": True}
@@ -73,13 +75,15 @@ def experiment(size: int, policy: str, profile_table: str | None = None, prefix_
         # A profiled table from another model prices steps meaninglessly but as fast (speed only).
         "cost_model": {"name": "roofline"} if profile_table is None else
                       {"name": "profiled", "table": profile_table, "check_model": False},
-        "policies": [POLICIES[policy]],
+        "policies": [{**POLICIES[policy], **({"queue_order": queue_order} if queue_order else {})}],
         "kv_cache": {"prefix_caching": prefix_caching, "host_memory_gib": HOST_MEMORY_GIB.get(policy, 0.0)},
         "output": {"plots": False},
+        **({"limits": {"fast_forward": False}} if stepping else {}),
     }
 
 
-def run_case(size: int, policy: str, out: Path, profile_table: str | None = None, prefix_caching: bool = False) -> dict:
+def run_case(size: int, policy: str, out: Path, profile_table: str | None = None, prefix_caching: bool = False,
+             queue_order: str | None = None, stepping: bool = False) -> dict:
     """One case in this process: build, simulate, write outputs; report figures."""
     sys.path.insert(0, str(ROOT))
     from experiments.config import parse_experiment
@@ -87,7 +91,7 @@ def run_case(size: int, policy: str, out: Path, profile_table: str | None = None
 
     machine_before = machine_times()
     started, cpu_started = time.perf_counter(), time.process_time()
-    exp = parse_experiment(experiment(size, policy, profile_table, prefix_caching), source=None)
+    exp = parse_experiment(experiment(size, policy, profile_table, prefix_caching, queue_order, stepping), source=None)
     run = run_experiment(exp, source=None, out_dir=out)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     steal = stolen_seconds(machine_before, machine_times())
@@ -109,44 +113,66 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-table", help="price steps with this profiled table instead of the roofline")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="with the prefix cache on (the trace has lengths only: nothing can hit)")
+    parser.add_argument("--queue-order", help="the policies' queue_order (e.g. priority)")
+    parser.add_argument("--stepping", action="store_true",
+                        help="also run every case with limits.fast_forward: false (one step at a time)")
+    parser.add_argument("--trees", type=Path, nargs="+", default=[ROOT],
+                        help="run each case in each of these source trees, taking turns (default: this one); "
+                             "each tree's own benchmarks/sim_speed.py runs its cases")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each case (best and median reported)")
     parser.add_argument("--no-compile", action="store_true", help="do not compile the project's bytecode first")
     parser.add_argument("--case", nargs=2, metavar=("SIZE", "POLICY"), help=argparse.SUPPRESS)
+    parser.add_argument("--case-stepping", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     if args.case:
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(run_case(int(args.case[0]), args.case[1], Path(tmp), args.profile_table,
-                                      args.prefix_caching)))
+                                      args.prefix_caching, args.queue_order, args.case_stepping)))
         return 0
     if args.repeat < 1:
         parser.error(f"--repeat must be at least 1, got {args.repeat}")
+    trees = [tree.resolve() for tree in args.trees]
     if not args.no_compile:
-        compile_packages(ROOT)
+        for tree in trees:
+            compile_packages(tree)
     bytecode = "as found" if args.no_compile else "compiled first"
     print(f"cores: {os.cpu_count()}  python: {sys.version.split()[0]}  runs per case: {args.repeat}  "
           f"bytecode: {bytecode}")
+    for index, tree in enumerate(trees):
+        print(f"tree {index}: {tree}")
     median = f" {'median s':>8}" if args.repeat > 1 else ""
-    header = f"{'requests':>9} {'policy':<16} {'wall s':>8}{median} {'sim-loop s':>10} {'cpu s':>8} " \
-             f"{'stolen s':>8} {'simulated s':>12} {'steps':>9} {'events':>8} {'peak MiB':>9} {'req/wall s':>11}"
+    ratio = f" {'x tree 0':>8}" if len(trees) > 1 else ""
+    header = f"{'requests':>9} {'tree':>4} {'policy':<24} {'wall s':>8}{median}{ratio} {'sim-loop s':>10} " \
+             f"{'cpu s':>8} {'stolen s':>8} {'simulated s':>12} {'steps':>9} {'events':>8} {'peak MiB':>9} " \
+             f"{'req/wall s':>11}"
     print(header)
-    table = ["--profile-table", str(Path(args.profile_table).resolve())] if args.profile_table else []
+    options = ["--profile-table", str(Path(args.profile_table).resolve())] if args.profile_table else []
     if args.prefix_caching:
-        table.append("--prefix-caching")
+        options.append("--prefix-caching")
+    if args.queue_order:
+        options += ["--queue-order", args.queue_order]
+    modes = [False, True] if args.stepping else [False]
+    cases = [(policy, stepping, index) for policy in args.policies for stepping in modes for index in range(len(trees))]
     rows = []
     for size in args.sizes:
-        runs: dict[str, list[dict]] = {policy: [] for policy in args.policies}
+        runs: dict[tuple, list[dict]] = {case: [] for case in cases}
         for _ in range(args.repeat):
-            for policy in args.policies:
-                done = subprocess.run([sys.executable, __file__, "--case", str(size), policy, *table],
-                                      capture_output=True, text=True, check=True)
-                runs[policy].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        for policy in args.policies:
-            row = summarize_runs(runs[policy])
+            for policy, stepping, index in cases:  # taking turns, so that a slow spell falls on each
+                command = [sys.executable, str(trees[index] / "benchmarks" / "sim_speed.py"), "--case", str(size),
+                           policy, *options, *(["--case-stepping"] if stepping else [])]
+                done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=trees[index])
+                runs[(policy, stepping, index)].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        for policy, stepping, index in cases:
+            row = {**summarize_runs(runs[(policy, stepping, index)]), "tree": str(trees[index]), "stepping": stepping,
+                   "queue_order": args.queue_order}
             rows.append(row)
+            label = policy + (f" {args.queue_order}" if args.queue_order else "") + (" stepped" if stepping else "")
             median = f" {row['median_wall_s']:>8.2f}" if args.repeat > 1 else ""
+            base = summarize_runs(runs[(policy, stepping, 0)])["wall_s"]
+            ratio = f" {row['wall_s'] / base:>8.2f}" if len(trees) > 1 else ""
             steal = f"{row['steal_s']:>8.2f}" if row["steal_s"] is not None else f"{'-':>8}"
-            print(f"{size:>9} {policy:<16} {row['wall_s']:>8.2f}{median} {row['simulate_s']:>10.2f} "
+            print(f"{size:>9} {index:>4} {label:<24} {row['wall_s']:>8.2f}{median}{ratio} {row['simulate_s']:>10.2f} "
                   f"{row['cpu_s']:>8.2f} {steal} {row['sim_time_s']:>12.0f} {row['steps']:>9} {row['events']:>8} "
                   f"{row['peak_mib']:>9.0f} {row['requests_per_wall_s']:>11.0f}", flush=True)
     if args.json:

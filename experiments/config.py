@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from experiments.validate import apply_override, config_error_from_pydantic, load_yaml_mapping, set_path
 from simcore.decode_blocks import MAX_BLOCK_SIZE
 from simcore.model import DTYPE_BYTES
+from simcore.validate import apply_override, config_error_from_pydantic, load_yaml_mapping, set_path
 from workloads.spec import WorkloadSpec
 
 

@@ -43,8 +43,8 @@ class StepRun:
     or the run's end) and, optionally, `prompt` runs `chunks[j]` positions in step j, the last
     of which may complete it (its first output)."""
 
-    def __init__(self, policy: Scheduler, plan: StepPlan, decoders: list[Request], contexts: list[int],
-                 firsts: list[int], steps_left: list[int], num_steps: int, first_finish: int,
+    def __init__(self, policy: Scheduler, plan: StepPlan, decoders: list[Request], ids: list[int],
+                 contexts: list[int], firsts: list[int], steps_left: list[int], num_steps: int, first_finish: int,
                  prompt: Request | None = None, prompt_context: int = 0, chunks: list[int] | None = None,
                  room_from: int | None = None) -> None:
         self.policy = policy
@@ -53,7 +53,7 @@ class StepRun:
         # least one), and the prompt's context.
         self.plan = plan
         self.decoders = decoders
-        self.ids = [request.request_id for request in decoders]
+        self.ids = ids
         self.contexts = contexts
         self.firsts = firsts
         self.steps_left = steps_left
@@ -295,24 +295,23 @@ def _until_last(before: int, after: int, num_steps: int) -> int | list[int]:
     return before if before == after else [*([before] * (num_steps - 1)), after]
 
 
-def _after(policy: Scheduler, plan: StepPlan) -> tuple[list[int], list[int]]:
-    """Each running request's processed positions and outputs once `plan` has run (batch order)."""
+def _decoders_after(plan: StepPlan, requests: list[Request]) -> tuple[list[int], list[int]] | None:
+    """Each request's context and steps until its last output once `plan` has run, where every
+    one of them decodes then (its prompt done and exactly its newest output to process); None
+    where one does not."""
     by_id = {seq.request_id: seq for seq in plan.seqs}
-    processed, outputs = [], []
-    for request in policy.running:
+    contexts, steps_left = [], []
+    for request in requests:
         seq = by_id.get(request.request_id)
         if seq is None:
-            processed.append(request.num_processed)
-            outputs.append(request.num_outputs)
+            processed, outputs = request.num_processed, request.num_outputs
         else:
-            processed.append(seq.context_len + seq.num_new_tokens)
-            outputs.append(request.num_outputs + seq.selects_token)
-    return processed, outputs
-
-
-def _decoding(request: Request, processed: int, outputs: int) -> bool:
-    """Whether a request with these counts has its prompt done and exactly its newest output to process."""
-    return outputs > 0 and request.prompt_len + outputs - processed == 1
+            processed, outputs = seq.context_len + seq.num_new_tokens, request.num_outputs + seq.selects_token
+        if not outputs or request.prompt_len + outputs - processed != 1:
+            return None
+        contexts.append(processed)
+        steps_left.append(request.num_target_outputs - outputs)
+    return contexts, steps_left
 
 
 class DecodeRuns:
@@ -322,30 +321,26 @@ class DecodeRuns:
         self.policy = policy
 
     def extend(self, plan: StepPlan, *, closed_loop: bool) -> StepRun | None:
-        policy = self.policy
-        if policy.emit_block_tables or not policy.running:
-            return None
-        return self._decode_run(plan, *_after(policy, plan), closed_loop=closed_loop)
-
-    def _decode_run(self, plan: StepPlan, processed: list[int], outputs: list[int], *,
-                    closed_loop: bool) -> StepRun | None:
-        """Where every running request decodes once `plan` has run (`processed`, `outputs`) and
-        the next step only continues them: their decodes, repeated."""
+        """Where every running request decodes once `plan` has run and the next step only
+        continues them: their decodes, repeated."""
         policy = self.policy
         running = policy.running
-        if not all(map(_decoding, running, processed, outputs)) or not policy.only_continues_next(plan):
+        if policy.emit_block_tables or not running or not policy.only_continues_next(plan):
+            return None
+        after = _decoders_after(plan, running)
+        if after is None:
             return None
         if policy.preempted_at and not policy.preempted_at.keys().isdisjoint(r.request_id for r in running):
             return None  # (never after a step that left it decoding: a safety net)
-        steps_left = [request.num_target_outputs - count for request, count in zip(running, outputs)]
+        contexts, steps_left = after
         first_finish = min(steps_left)
         past_finishes = not closed_loop and policy.runs_past_finishes()
-        decoders, contexts = list(running), processed
+        decoders = running
         if first_finish < 1:  # some finish in the planned step
             if not past_finishes:
                 return None
             going_on = [index for index, left in enumerate(steps_left) if left]
-            decoders, contexts, steps_left = ([column[i] for i in going_on] for column in (running, processed, steps_left))
+            decoders, contexts, steps_left = ([column[i] for i in going_on] for column in (running, contexts, steps_left))
             if not decoders:
                 return None
         limit = max(steps_left) if past_finishes else min(steps_left)
@@ -355,7 +350,7 @@ class DecodeRuns:
         num_steps = policy.bm.max_decode_steps(ids, limit, firsts)
         if num_steps < 1:
             return None
-        return StepRun(policy, plan, decoders, contexts, firsts, steps_left, num_steps, first_finish)
+        return StepRun(policy, plan, list(decoders), ids, contexts, firsts, steps_left, num_steps, first_finish)
 
 
 class ChunkRuns(DecodeRuns):
@@ -364,42 +359,38 @@ class ChunkRuns(DecodeRuns):
     policy: ChunkedPrefillPolicy
 
     def extend(self, plan: StepPlan, *, closed_loop: bool) -> StepRun | None:
-        policy = self.policy
-        if policy.emit_block_tables or not policy.running:
-            return None
-        processed, outputs = _after(policy, plan)
-        return self._chunk_run(plan, processed, outputs) or \
-            self._decode_run(plan, processed, outputs, closed_loop=closed_loop)
+        return self._chunk_run(plan) or super().extend(plan, closed_loop=closed_loop)
 
-    def _chunk_run(self, plan: StepPlan, processed: list[int], outputs: list[int]) -> StepRun | None:
+    def _chunk_run(self, plan: StepPlan) -> StepRun | None:
         """After a step that leaves every running request decoding but the newest, a prompt in
-        progress (`processed`, `outputs`: as `plan` leaves them): the steps that run every decode
-        and that prompt's next chunk, as `fill` (stall-free) does when no swapped request waits
-        and nothing is admitted. Admission is tried only in a step whose budget the decodes and
-        the chunk leave room in (`room_from`): the run stops before one while requests wait. It
-        stops at the first finish, whose seat and budget change the next steps, and runs where
-        blocks are counted only."""
+        progress: the steps that run every decode and that prompt's next chunk, as `fill`
+        (stall-free) does when no swapped request waits and nothing is admitted. Admission is
+        tried only in a step whose budget the decodes and the chunk leave room in (`room_from`):
+        the run stops before one while requests wait. It stops at the first finish, whose seat
+        and budget change the next steps, and runs where blocks are counted only."""
         policy = self.policy
         running = policy.running
-        if policy.order != "stall_free" or policy.bm.tracks_block_ids or policy.swapped or plan.preempted_ids \
-                or plan.moves_blocks:
+        if not running or policy.order != "stall_free" or policy.bm.tracks_block_ids or policy.swapped \
+                or policy.emit_block_tables or plan.preempted_ids or plan.moves_blocks:
             return None
         prompt = running[-1]
-        prompt_processed, prompt_outputs = processed[-1], outputs[-1]
-        pending = prompt.prompt_len + prompt_outputs - prompt_processed
-        if _decoding(prompt, prompt_processed, prompt_outputs) or pending < 1:
+        prompt_seq = next((seq for seq in reversed(plan.seqs) if seq.request_id == prompt.request_id), None)
+        if prompt_seq is None or prompt_seq.selects_token:
+            return None  # not in the step, or its chunk completes it: it decodes after
+        prompt_processed = prompt_seq.context_len + prompt_seq.num_new_tokens
+        pending = prompt.num_tokens - prompt_processed
+        decoders = running[:-1]
+        after = _decoders_after(plan, decoders)
+        if after is None:
             return None
-        decoders, contexts = running[:-1], processed[:-1]
-        if not all(map(_decoding, decoders, contexts, outputs)):
-            return None
-        steps_left = [request.num_target_outputs - count for request, count in zip(decoders, outputs)]
+        contexts, steps_left = after
         first_finish = min(steps_left) if steps_left else pending
         if first_finish < 1:
             return None
         options, num_decodes = policy.options, len(decoders)
         tokens_left = options.max_num_batched_tokens - num_decodes
         seats_left = options.max_num_seqs - num_decodes - 1
-        recompute = prompt_outputs > 0
+        recompute = prompt.num_outputs > 0
         # The prompt's chunks, one a step, to its last, while no decoder finishes.
         chunks: list[int] = []
         room_from = None
@@ -413,11 +404,12 @@ class ChunkRuns(DecodeRuns):
                 room_from = len(chunks)
             chunks.append(chunk)
             pending -= chunk
-        firsts = policy.bm.first_new_block_steps([request.request_id for request in decoders])
+        ids = [request.request_id for request in decoders]
+        firsts = policy.bm.first_new_block_steps(ids)
         num_steps = _chunk_steps_within(policy, firsts, prompt, prompt_processed, chunks)
         if num_steps < 1:
             return None
-        return StepRun(policy, plan, list(decoders), contexts, firsts, steps_left, num_steps, first_finish, prompt,
+        return StepRun(policy, plan, decoders, ids, contexts, firsts, steps_left, num_steps, first_finish, prompt,
                        prompt_processed, chunks[:num_steps], room_from)
 
 

@@ -17,20 +17,22 @@ from __future__ import annotations
 import gc
 import math
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Protocol
 
 import simpy
 from simpy.events import Event
 
-from simcore.clock import duration_ticks, to_seconds, to_ticks
+from simcore.clock import TICKS_PER_SECOND, InvalidDuration, duration_ticks, durations_ticks, to_seconds, to_ticks
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.plan import Repeat, StepPlan
-from simcore.pricing import CostModel, run_step_times, step_extras
+from simcore.pricing import CostModel, repeat_times, step_extras
 from simcore.request import Request, Status
 from simcore.sources import FollowUps, replay
 from simcore.steplog import StepLog, StepRecord
@@ -236,26 +238,28 @@ class Engine:
             if self.on_step is not None:
                 self.on_step(to_seconds(end))
             return finished
-        # The run's step ends (ticks), priced as the clock reaches them: up to the step in
-        # progress when the next event is due, then, if what happened leaves the run as it is,
-        # on from there.
+        # The run's step ends (ticks), priced a repeat at a time as the clock reaches them: up
+        # to the step in progress when the next event is due, then, if what happened leaves the
+        # run as it is, on from there.
         ends: list[int] = []
-        prices = run_step_times(self.cost_model, run.repeats())
-        limit, last, seen = run.num_steps, end, len(self.inbox)
+        priced: list[int] = []  # ends of the current repeat's steps not taken yet
+        repeats = run.repeats()
+        limit, seen = run.num_steps, len(self.inbox)
         horizon = self.horizon if self.horizon is not None else math.inf
         while True:
             due = env.peek()
-            try:
-                while len(ends) < limit and last < due:
-                    last += duration_ticks(next(prices))
-                    if last >= horizon:
-                        limit = len(ends)
-                        break
-                    ends.append(last)
-            except ValueError as exc:
-                raise ServesimError(f"cost model returned {exc} for step {plan.step_id + 1 + len(ends)}") from None
-            last = ends[-1] if ends else end
-            yield _Late(env, last - env.now)
+            while len(ends) < limit and (ends[-1] if ends else end) < due:
+                if not priced:
+                    priced = self._price(next(repeats), ends[-1] if ends else end, plan.step_id + 1 + len(ends))
+                # The steps up to the one in progress when the next event is due, within the
+                # run's limit, and ending before the horizon.
+                take = min(bisect_left(priced, due) + 1, len(priced), limit - len(ends))
+                within = bisect_left(priced, horizon, 0, take)
+                if within < take:
+                    take, limit = within, len(ends) + within
+                ends += priced[:take]
+                del priced[:take]
+            yield _Late(env, (ends[-1] if ends else end) - env.now)
             for request in self.inbox[seen:]:
                 # The next step sees it: from there on the run stays as planned only as it says.
                 limit = min(limit, len(ends) if closed_loop else run.steps_kept(request, len(ends)))
@@ -283,11 +287,12 @@ class Engine:
         self.log.add(record._replace(num_waiting=waiting - _count_after(joined, start)), self._extras(plan))
         if not ends:
             return finished
-        more, columns = run.apply([to_seconds(t) for t in ends])
-        durations = [b - a for a, b in zip(starts, ends)]
+        # In seconds, the steps' ends, starts and durations (`to_seconds` of each).
+        seconds = [tick / TICKS_PER_SECOND for tick in (end, *ends)]
+        more, columns = run.apply(seconds[1:])
         queue = len(self.policy.waiting)
         self.log.add_run(len(ends), columns._replace(
-            start_s=[to_seconds(t) for t in starts], duration_s=[to_seconds(t) for t in durations],
+            start_s=seconds[:-1], duration_s=[(b - a) / TICKS_PER_SECOND for a, b in zip(starts, ends)],
             num_waiting=[queue - _count_after(joined, at) for at in starts] if joined else queue,
         ))
         return [*finished, *more]
@@ -353,8 +358,16 @@ class Engine:
     def _ticks(seconds: float, step_id: int) -> int:
         try:
             return duration_ticks(seconds)
-        except ValueError as exc:
+        except InvalidDuration as exc:
             raise ServesimError(f"cost model returned {exc} for step {step_id}") from None
+
+    def _price(self, repeat: Repeat, start: int, first_step_id: int) -> list[int]:
+        """The end (ticks) of each step of a run's repeat that starts at `start`."""
+        try:
+            ticks = durations_ticks(repeat_times(self.cost_model, repeat))
+        except InvalidDuration as exc:
+            raise ServesimError(f"cost model returned {exc} for step {first_step_id + exc.index}") from None
+        return list(accumulate(ticks, initial=start))[1:]
 
     def _flush(self, final: bool = False) -> None:
         finished = self.policy.finished

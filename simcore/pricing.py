@@ -1,16 +1,15 @@
 """What the engine needs of a cost model: a step's time, and a run's built from it.
 
 A cost model needs only `step_time(plan)`. A run of steps taken at once comes as `Repeat`s
-(a plan, and the steps that repeat it on longer contexts); `run_step_times` prices them with the
-model's own `run_step_times` where it has one (a faster way to the very same numbers, which
+(a plan, and the steps that repeat it on longer contexts); `repeat_times` prices one with the
+model's own `repeat_times` where it has one (a faster way to the very same numbers, which
 tests/test_cost_models.py checks bit for bit against `step_time` for every registered model),
 else one plan at a time with `step_time`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from itertools import chain
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from simcore.plan import Repeat, StepPlan
@@ -23,13 +22,12 @@ class CostModel(Protocol):
         ...
 
 
-def run_step_times(cost_model: CostModel, repeats: Iterable[Repeat]) -> Iterator[float]:
-    """Each step's time, in order, for a run's repeats (lazily: a run cut short prices only
-    the steps it takes)."""
-    priced = getattr(cost_model, "run_step_times", None)
+def repeat_times(cost_model: CostModel, repeat: Repeat) -> Sequence[float]:
+    """Each of a repeat's steps' time, in order (a list or an array of floats)."""
+    priced = getattr(cost_model, "repeat_times", None)
     if priced is not None:
-        return priced(repeats)
-    return map(cost_model.step_time, chain.from_iterable(repeat.plans() for repeat in repeats))
+        return priced(repeat)
+    return [cost_model.step_time(plan) for plan in repeat.plans()]
 
 
 def step_extras(cost_model: object) -> dict[str, float]:

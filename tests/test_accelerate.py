@@ -257,3 +257,23 @@ def test_weighted_percentiles_equal_the_expanded_list():
     expanded = np.repeat(values, weights)
     for q in (0, 1, 37.5, 50, 90, 99, 100):
         assert weighted_percentile(values, weights, q) == np.percentile(expanded, q)
+
+
+def test_no_fast_forward_gives_byte_identical_results_folders(tmp_path):
+    """`servesim run --no-fast-forward` (limits.fast_forward: false) writes the same tables."""
+    import yaml
+
+    from experiments.cli import main
+    from tests.helpers import SMALL_EXPERIMENT
+
+    experiment = {**SMALL_EXPERIMENT, "workload": {**SMALL_EXPERIMENT["workload"], "num_requests": 40},
+                  "policies": [{"name": "continuous"}, {"name": "chunked_prefill", "chunk_size": 32}],
+                  "kv_cache": {"block_size": 16, "num_blocks": 40}}
+    path = tmp_path / "e.yaml"
+    path.write_text(yaml.safe_dump(experiment))
+    assert main(["run", str(path), "--out", str(tmp_path / "fast"), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "plain"), "--quiet", "--no-fast-forward"]) == 0
+    for table in sorted((tmp_path / "fast").glob("*/*.parquet")):
+        assert table.read_bytes() == (tmp_path / "plain" / table.parent.name / table.name).read_bytes(), table
+    resolved = yaml.safe_load((tmp_path / "plain" / "resolved.yaml").read_text())
+    assert resolved["limits"]["fast_forward"] is False

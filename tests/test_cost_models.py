@@ -1,7 +1,7 @@
 """Every registered cost model prices a run of steps exactly as it prices each step.
 
-A cost model needs only `step_time`; `simcore.pricing.run_step_times` builds a run's prices from
-it, and a model may offer its own `run_step_times` as a faster way to the same numbers. Here
+A cost model needs only `step_time`; `simcore.pricing.repeat_times` builds a run's prices from
+it, and a model may offer its own `repeat_times` as a faster way to the same numbers. Here
 every model in the registry that offers one is checked against `step_time` on each step's plan,
 bit for bit, on random runs: decodes, prompt chunks, a chunk that completes its prompt, repeats
 that start some steps on (`advance`) and requests that left (`without`).
@@ -18,7 +18,7 @@ from backends.base import CostContext
 from backends.registry import COST_MODELS, build_cost_model
 from simcore.plan import Repeat, ScheduledSeq, StepPlan
 from simcore.presets import get_model
-from simcore.pricing import run_step_times
+from simcore.pricing import repeat_times
 
 TABLE = Path(__file__).parent / "data" / "profiles" / "cpu-tiny-llama.csv"
 # Parameters that build each registered model that the simulator runs without torch.
@@ -34,7 +34,7 @@ def random_repeats(rng: random.Random) -> list[Repeat]:
     (which select only in a repeat of one step: the chunk that completes the prompt)."""
     repeats = []
     for _ in range(rng.randint(1, 4)):
-        num_steps = rng.randint(1, 12)
+        num_steps = rng.choice([rng.randint(1, 12), rng.randint(30, 300)])  # priced a step at a time, or in arrays
         seqs = []
         for request_id in range(rng.randint(0, 40)):
             prompt_len = rng.randint(1, 3000)
@@ -55,12 +55,12 @@ def random_repeats(rng: random.Random) -> list[Repeat]:
 @pytest.mark.parametrize("name", sorted(PARAMS))
 def test_a_run_is_priced_as_its_steps(name):
     model = build_cost_model(name, PARAMS[name], CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
-    assert hasattr(model, "run_step_times"), f"{name} prices runs step by step: drop it from PARAMS' list of fast ones"
+    assert hasattr(model, "repeat_times"), f"{name} prices runs step by step: drop it from PARAMS' list of fast ones"
     rng = random.Random(name)
     for _ in range(300):
         repeats = random_repeats(rng)
         expected = [model.step_time(plan) for repeat in repeats for plan in repeat.plans()]
-        assert list(run_step_times(model, repeats)) == expected
+        assert [float(t) for repeat in repeats for t in repeat_times(model, repeat)] == expected
 
 
 def test_every_registered_model_is_checked_or_prices_step_by_step():
@@ -70,7 +70,7 @@ def test_every_registered_model_is_checked_or_prices_step_by_step():
     pytest.importorskip("torch")
     from backends.torch.cost_model import TorchCostModel
 
-    assert not hasattr(TorchCostModel, "run_step_times")
+    assert not hasattr(TorchCostModel, "repeat_times")
 
 
 def test_a_model_with_step_time_only_is_priced_step_by_step():
@@ -84,7 +84,27 @@ def test_a_model_with_step_time_only_is_priced_step_by_step():
 
     model = Counting()
     plan = StepPlan(7, (ScheduledSeq(1, 1, 10, True, 5), ScheduledSeq(2, 4, 3, False, 100)))
-    times = list(run_step_times(model, [Repeat(plan, 3, 2, ()), Repeat(plan, 1, 0, (0,))]))
+    times = [t for repeat in [Repeat(plan, 3, 2, ()), Repeat(plan, 1, 0, (0,))] for t in repeat_times(model, repeat)]
     assert [p.step_id for p in model.plans] == [9, 10, 11, 7]
     assert [[seq.context_len for seq in p.seqs] for p in model.plans] == [[12, 11], [13, 15], [14, 19], [3]]
     assert times == [0.001 * (1 + 23), 0.001 * (1 + 28), 0.001 * (1 + 33), 0.001 * 4]
+
+
+def test_step_times_to_ticks_in_arrays_as_one_at_a_time():
+    """The clock's rounding of a run's step times, in numpy arrays, equals its rounding of each
+    (half to even, at least a tick), invalid ones named by index."""
+    import numpy as np
+
+    from simcore.clock import InvalidDuration, duration_ticks, durations_ticks
+
+    rng = np.random.default_rng(0)
+    seconds = np.concatenate([rng.random(500) * 0.1, [2.5e-12, 3.5e-12, 1e-15, 0.5e-12, 1e6]])
+    expected = [duration_ticks(value) for value in seconds.tolist()]
+    assert durations_ticks(seconds) == expected == durations_ticks(seconds.tolist())
+    big = np.array([1e7, 2e9])  # past int64's ticks: counted one at a time, as Python ints
+    assert durations_ticks(big) == [duration_ticks(1e7), duration_ticks(2e9)]
+    for bad in ([0.1, 0.0], [0.1, float("nan")], [0.2, 0.1, -1.0], [float("inf")]):
+        for form in (np.array(bad), bad):
+            with pytest.raises(InvalidDuration) as caught:
+                durations_ticks(form)
+            assert caught.value.index == len(bad) - 1

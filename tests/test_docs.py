@@ -36,3 +36,19 @@ def test_gallery_names_every_example():
     gallery = (DOCS / "gallery.md").read_text()
     for example in sorted((ROOT / "experiments" / "examples").glob("*.yaml")):
         assert f"experiments/examples/{example.name}" in gallery, example.name
+
+
+def test_the_writing_a_policy_example_runs():
+    """docs/policies.md's worked example, as written: the policy, then the run that checks it."""
+    text = (DOCS / "policies.md").read_text()
+    section = text[text.index("## Writing a policy"):text.index("## Reading the results")]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2
+    namespace: dict = {"__name__": "docs_example"}
+    for block in blocks:
+        exec(compile(block, "docs/policies.md", "exec"), namespace)  # noqa: S102 - our own docs
+    from policies.accelerate import DecodeRuns, accelerator_for
+
+    policy = namespace["policy"]
+    assert type(accelerator_for(policy)) is DecodeRuns
+    assert namespace["accelerated"].num_events < namespace["stepped"].num_events

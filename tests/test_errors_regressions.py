@@ -14,12 +14,12 @@ import pytest
 from backends.constant import ConstantCostModel
 from experiments.config import parse_experiment
 from experiments.runner import resolve_kv, run_experiment
-from experiments.validate import build_model_from_params, load_yaml_mapping, parse_yaml
 from policies.accelerate import accelerator_for
 from policies.registry import make_policy
 from simcore.engine import simulate
 from simcore.errors import ConfigError, ServesimError
 from simcore.hf_config import model_from_hf_dict
+from simcore.validate import build_model_from_params, load_yaml_mapping, parse_yaml
 from tests.helpers import SMALL_EXPERIMENT, req
 from workloads.spec import build_requests, parse_workload
 

@@ -75,3 +75,15 @@ def test_stolen_time_from_the_machines_counters(monkeypatch):
     assert sim_speed.stolen_seconds(None, after) is None and sim_speed.stolen_seconds(before, before[:7]) is None
     reading = sim_speed.machine_times()
     assert reading is None or (len(reading) >= 8 and all(value >= 0 for value in reading))
+
+
+def test_sim_speed_side_by_side_stepping_and_a_queue_order(tmp_path):
+    """Two trees (here the same one twice), each case also stepped, under priority order: the
+    same counts every way (stepping changes only how the steps are taken)."""
+    rows = _run(tmp_path, "--policies", "continuous", "--trees", str(ROOT), str(ROOT), "--stepping",
+                "--queue-order", "priority")
+    assert len(rows) == 4 and {row["stepping"] for row in rows} == {False, True}
+    assert {row["queue_order"] for row in rows} == {"priority"}
+    assert len({(row["steps"], row["sim_time_s"], row["completed"]) for row in rows}) == 1
+    fast = [row for row in rows if not row["stepping"]]
+    assert all(row["events"] < stepped["events"] for row in fast for stepped in rows if stepped["stepping"])

@@ -79,7 +79,7 @@ def resolve_dtype(name: str | None, device: torch.device, *, source: object = No
 
 
 def sampling_params(raw: dict, *, source: object = None) -> SamplingParams:
-    from experiments.validate import build_model_from_params
+    from simcore.validate import build_model_from_params
 
     params = build_model_from_params(SamplingParams, dict(raw or {}), where="cost_model.sampling", source=source)
     if params.temperature < 0 or not 0 < params.top_p <= 1:
@@ -116,7 +116,7 @@ def build_engine(
 
 
 def make_torch(params: dict, ctx: CostContext) -> TorchCostModel:
-    from experiments.validate import build_model_from_params
+    from simcore.validate import build_model_from_params
 
     source = str(ctx.source) if ctx.source else None
     p = build_model_from_params(TorchParams, dict(params or {}), where="cost_model", source=source)

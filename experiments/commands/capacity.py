@@ -27,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, help="Ray cluster address (default: a private local Ray)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field, e.g. --set workload.num_requests=100 (repeatable)")
+    parser.add_argument("--no-fast-forward", action="store_true",
+                        help="take every step on its own (limits.fast_forward: false); the results are identical")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -38,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
 
     slo = parse_slo(args.slo)
     source = str(args.experiment)
-    data = apply_overrides(load_yaml(args.experiment), args.overrides, source=source)
+    overrides = [*args.overrides, *(["limits.fast_forward=false"] if args.no_fast_forward else [])]
+    data = apply_overrides(load_yaml(args.experiment), overrides, source=source)
     if data.get("sweep") and not args.quiet:
         print("note: `sweep:` is ignored by the capacity search (it varies the rate itself)", file=sys.stderr)
     series = build_series(data, source=source, param=args.param)

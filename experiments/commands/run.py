@@ -15,6 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a field, e.g. --set workload.num_requests=50 (repeatable)")
     parser.add_argument("--check", action="store_true", help="verify block-manager invariants after every step")
     parser.add_argument("--quiet", action="store_true", help="print only the summary table")
+    parser.add_argument("--no-fast-forward", action="store_true",
+                        help="take every step on its own (limits.fast_forward: false); the results are identical")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.check:
         overrides.append("limits.check_invariants=true")
+    if args.no_fast_forward:
+        overrides.append("limits.fast_forward=false")
     exp = load_experiment(args.experiment, overrides)
     out = args.out or Path("results") / exp.name
     created = _folders_to_create(out)

@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Ray cluster address (e.g. ray://head:10001 or auto); default: a private local Ray")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of every point, e.g. --set workload.num_requests=50 (repeatable)")
+    parser.add_argument("--no-fast-forward", action="store_true",
+                        help="take every step on its own (limits.fast_forward: false); the results are identical")
     parser.add_argument("--dry-run", action="store_true", help="list the points and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -35,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from experiments.sweep import load_sweep
     from experiments.sweep_run import run_sweep
 
-    plan = load_sweep(args.experiment, args.overrides)
+    overrides = [*args.overrides, *(["limits.fast_forward=false"] if args.no_fast_forward else [])]
+    plan = load_sweep(args.experiment, overrides)
     out = args.out or Path("results") / f"{plan.name}-sweep"
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
     if args.dry_run:
