@@ -36,16 +36,13 @@ class ConstantCostModel:
                              "give at least one of them a positive value")
 
     def step_time(self, plan: StepPlan) -> float:
-        compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * len(plan.seqs)
+        compute = self.step_s + self.per_token_s * plan.num_batched_tokens + self.per_request_s * plan.num_seqs
         return compute + self.transfer_time(plan)
 
     def repeat_times(self, repeat: Repeat) -> list[float]:
         """Times of a repeat's steps, bit-equal to step_time: a step's time does not depend on
         context, so every step takes its plan's (which moves no blocks)."""
-        plan = repeat.plan
-        if repeat.without:  # requests that left: the plan without them
-            gone = set(repeat.without)
-            plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
+        plan = repeat.plan.without(repeat.without) if repeat.without else repeat.plan
         return [self.step_time(plan)] * repeat.num_steps
 
     def transfer_time(self, plan: StepPlan) -> float:

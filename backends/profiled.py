@@ -57,7 +57,12 @@ GEOMETRY = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_di
 def plan_shape(plan: StepPlan) -> dict[str, float]:
     """A plan's shape descriptors (SHAPE_COLUMNS), the same quantities the profiler records."""
     row = dict.fromkeys((*SHAPE_COLUMNS, *OPTIONAL_SHAPE_COLUMNS), 0.0)
-    for s in plan.seqs:
+    contexts = plan.decodes.context_lens
+    if contexts:  # decodes as columns: the sums the loop below would make (of integers: exact)
+        row["num_seqs"] = row["num_decode_tokens"] = row["num_selecting"] = float(len(contexts))
+        row["sum_context"] = row["sum_decode_context"] = float(sum(contexts))
+        row["max_context"] = float(max(contexts))
+    for s in plan.listed:
         c, q = s.context_len, s.num_new_tokens
         row["num_seqs"] += 1
         row["sum_context"] += c
@@ -382,7 +387,7 @@ class ProfiledCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         compute = 0.0
-        if plan.seqs:
+        if plan.num_seqs:
             compute = max(self.fit.predict_one(plan_shape(plan)), 0.0)
         return compute + self.transfer_time(plan)
 
@@ -393,11 +398,10 @@ class ProfiledCostModel:
         the same sum."""
         plan = repeat.plan
         if repeat.without:  # requests that left: the plan without them
-            gone = set(repeat.without)
-            plan = StepPlan(plan.step_id, tuple(seq for index, seq in enumerate(plan.seqs) if index not in gone))
+            plan = plan.without(repeat.without)
             repeat = Repeat(plan, repeat.num_steps, repeat.advance)
-        decodes = [seq.context_len for seq in plan.seqs if seq.is_decode]
-        prompts = [(seq.num_new_tokens, seq.context_len) for seq in plan.seqs if not seq.is_decode]
+        decodes = [*plan.decodes.context_lens, *(seq.context_len for seq in plan.listed if seq.is_decode)]
+        prompts = [(seq.num_new_tokens, seq.context_len) for seq in plan.listed if not seq.is_decode]
         if any(q == 1 for q, _ in prompts):
             # A one-position prompt piece may read as a decode further on: priced plan by plan.
             return [self.step_time(step) for step in repeat.plans()]

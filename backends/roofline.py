@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +30,7 @@ from backends.base import CostContext
 from simcore.capacity import kv_heads_per_gpu
 from simcore.errors import ConfigError
 from simcore.model import ModelSpec
-from simcore.plan import Repeat, ScheduledSeq, StepPlan
+from simcore.plan import Repeat, StepPlan
 from simcore.presets import GB, HardwareSpec, get_link
 
 TRANSFER_MODES = ("serial", "overlap")
@@ -116,58 +115,38 @@ class RooflineCostModel:
             consts["_comm_fixed"] = num_allreduce * self.hardware.interconnect_latency_s
         for name, value in consts.items():
             object.__setattr__(self, name, value)
-        object.__setattr__(self, "_last_sums", [None, None])
-
-    def __getstate__(self) -> dict:
-        # The memo of the last plan's sums is refilled as plans are priced: a copy need not carry it.
-        return {**self.__dict__, "_last_sums": [None, None]}
 
     # --- the contract -------------------------------------------------------------------------
 
     def step_time(self, plan: StepPlan) -> float:
         """Seconds for this step: compute (if any sequence runs) and host<->device transfers."""
         transfer = self.transfer_time(plan)
-        if not plan.seqs:
+        if not plan.num_seqs:
             return transfer
-        num_tokens, num_selecting, sum_context, attn_work, _ = self._plan_sums(plan)
-        dense, comm, overhead = self._fixed_parts(num_tokens, len(plan.seqs), num_selecting)
+        num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
+        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
         compute = dense + self._attention_time(attn_work, sum_context + num_tokens) + comm + overhead
         if self._overlap:
             return max(compute, transfer)
         return compute + transfer
 
-    def repeat_times(self, repeat: Repeat) -> np.ndarray:
+    def repeat_times(self, repeat: Repeat) -> np.ndarray | list[float]:
         """Times of a repeat's steps, bit-equal to step_time on each step's plan: the same sums,
         advanced in integers (step j adds j q_i to each context: j T to the context total and
         2 j q_i^2 to the attention work q (2c + q)), then the same float operations, a step an
         element (numpy's float64 arithmetic is the same IEEE arithmetic, in the same order)."""
-        plan = repeat.plan
-        num_tokens, num_selecting, sum_context, attn_work, sum_squares = self._plan_sums(plan)
-        num_seqs = len(plan.seqs)
-        if repeat.without:  # requests that left: their part of the sums out
-            gone = [plan.seqs[index] for index in repeat.without]
-            num_seqs -= len(gone)
-            tokens, selecting, context, work, squares = _sums(gone)
-            num_tokens, num_selecting, sum_context = num_tokens - tokens, num_selecting - selecting, \
-                sum_context - context
-            attn_work, sum_squares = attn_work - work, sum_squares - squares
-        dense, comm, overhead = self._fixed_parts(num_tokens, num_seqs, num_selecting)
+        plan = repeat.plan.without(repeat.without) if repeat.without else repeat.plan
+        num_tokens, num_selecting, sum_context, attn_work, sum_squares = _sums(plan)
+        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
         # (No transfers: a repeat's plan moves no blocks; x + 0.0 and max(x, 0.0) are x.)
+        steps = range(repeat.advance, repeat.advance + repeat.num_steps)
         if repeat.num_steps < MIN_STEPS_IN_ARRAYS:
             return [dense + self._attention_time(attn_work + 2 * sum_squares * step,
                                                  sum_context + num_tokens * step + num_tokens) + comm + overhead
-                    for step in range(repeat.advance, repeat.advance + repeat.num_steps)]
-        steps = np.arange(repeat.advance, repeat.advance + repeat.num_steps, dtype=np.int64)
+                    for step in steps]
+        steps = np.arange(steps.start, steps.stop, dtype=np.int64)
         attention = self._attention_time(attn_work + 2 * sum_squares * steps, sum_context + num_tokens * steps + num_tokens)
         return dense + attention + comm + overhead
-
-    def _plan_sums(self, plan: StepPlan) -> tuple[int, int, int, int, int]:
-        """`_sums` of a plan's sequences, kept for the plan priced last: a run's first repeat is
-        often the planned step's plan, one step on."""
-        memo = self._last_sums
-        if memo[0] is not plan:
-            memo[:] = plan, _sums(plan.seqs)
-        return memo[1]
 
     def _attention_time(self, attn_work: Any, kv_positions: Any) -> Any:
         """Attention's roofline: FLOPs 2 H_Q d L sum q (2c + q) against KV bytes read and written
@@ -196,8 +175,8 @@ class RooflineCostModel:
 
     def breakdown(self, plan: StepPlan) -> dict[str, float]:
         """The step's time by part (for reports and tests); their total is step_time's compute."""
-        num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan.seqs)
-        dense, comm, overhead = self._fixed_parts(num_tokens, len(plan.seqs), num_selecting)
+        num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
+        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
         return {"dense_s": dense, "attention_s": self._attention_time(attn_work, sum_context + num_tokens),
                 "comm_s": comm, "overhead_s": overhead, "transfer_s": self.transfer_time(plan)}
 
@@ -236,11 +215,15 @@ class RooflineCostModel:
             raise ValueError(f"transfer_mode: expected one of {list(TRANSFER_MODES)}, found {self.transfer_mode!r}")
 
 
-def _sums(seqs: Iterable[ScheduledSeq]) -> tuple[int, int, int, int, int]:
-    """Sequences' positions processed, how many select, their context total, attention work
+def _sums(plan: StepPlan) -> tuple[int, int, int, int, int]:
+    """A plan's positions processed, how many select, its context total, attention work
     sum q (2c + q) and sum q^2 (integers: exact)."""
-    num_tokens = num_selecting = sum_context = attn_work = sum_squares = 0
-    for seq in seqs:
+    contexts = plan.decodes.context_lens
+    # Decodes as columns: q = 1 each, all selecting.
+    num_tokens = num_selecting = sum_squares = len(contexts)
+    sum_context = sum(contexts)
+    attn_work = 2 * sum_context + num_tokens
+    for seq in plan.listed:
         q, c = seq.num_new_tokens, seq.context_len
         num_tokens += q
         sum_context += c

@@ -20,7 +20,6 @@ folders), step_pairs.parquet, request_pairs.parquet, fidelity.json and plots/.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import json
 import math
@@ -58,7 +57,7 @@ STEP_KINDS = ("decode", "prefill", "mixed")
 def light_plan(plan: StepPlan) -> StepPlan:
     """The plan without block tables and prompt content: all a cheaper cost model reads."""
     seqs = tuple(s._replace(block_table=(), prompt_token_ids=None, segments=None) for s in plan.seqs)
-    return dataclasses.replace(plan, seqs=seqs)
+    return plan.with_seqs(seqs)
 
 
 class RecordingCostModel:

@@ -2,7 +2,7 @@
 
 A layer beside the policies, opt-in (`limits.fast_forward`, `--no-fast-forward`): after a
 policy planned a step, the engine asks its accelerator to `extend` the plan, and takes the
-`StepRun` it gets (if any) as one event, priced by the cost model's `run_step_times`. Nothing
+`StepRun` it gets (if any) as one event, priced by `simcore.pricing.repeat_times`. Nothing
 here decides what a step does: the planned step is the policy's own, and a run only continues
 what it leaves, for as many steps as the policy's predicates (`policies.base.Scheduler`, "what
 accelerators ask"), its chunk rule and the block manager's arithmetic make certain. Results are
@@ -27,13 +27,12 @@ policies.md, "Writing a policy").
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from itertools import accumulate, repeat
 
 from policies.base import Scheduler
 from policies.chunked_prefill import ChunkedPrefillPolicy
-from simcore.plan import Repeat, ScheduledSeq, StepPlan
+from simcore.plan import Decodes, Repeat, ScheduledSeq, StepPlan
 from simcore.request import Request
 from simcore.steplog import StepRecord
 
@@ -44,29 +43,28 @@ class StepRun:
     of which may complete it (its first output)."""
 
     def __init__(self, policy: Scheduler, plan: StepPlan, decoders: list[Request], ids: list[int],
-                 contexts: list[int], firsts: list[int], steps_left: list[int], num_steps: int, first_finish: int,
-                 prompt: Request | None = None, prompt_context: int = 0, chunks: list[int] | None = None,
-                 room_from: int | None = None) -> None:
+                 firsts: list[int], steps_left: list[int], num_steps: int, prompt: Request | None = None,
+                 chunks: list[int] | None = None, room_from: int | None = None) -> None:
         self.policy = policy
-        # The planned step, and what it leaves: each decoder's context, next new-block step
+        # The planned step (completed), and what it leaves: each decoder's next new-block step
         # (the block manager's `first_new_block_steps`) and steps until its last output (each at
         # least one), and the prompt's context.
         self.plan = plan
         self.decoders = decoders
         self.ids = ids
-        self.contexts = contexts
         self.firsts = firsts
         self.steps_left = steps_left
         self.num_steps = num_steps
-        # The run's steps before the first finish (0: one in the planned step): a request
-        # delivered before the next one starts finds the seats and blocks the planned step did.
-        self.first_finish = first_finish
+        # The run's steps up to the first finish (a prompt's alone: its chunks).
+        self.first_finish = min(steps_left) if steps_left else num_steps
         self.prompt = prompt
-        self.prompt_context = prompt_context
+        self.prompt_context = prompt.num_processed if prompt is not None else 0
         self.chunks = chunks or []
         # The first step with budget left beside the decodes and the chunk: admission is tried
         # there (None: in none).
         self.room_from = room_from
+        # The decodes of the run's first step, as a plan's columns (built when first priced).
+        self._decodes: Decodes | None = None
 
     # ---- what the engine asks ---------------------------------------------------------------
 
@@ -81,53 +79,51 @@ class StepRun:
 
     def repeats(self) -> Iterator[Repeat]:
         """The run's steps as cost models see them: a plan and the steps that repeat it."""
-        base, advance = self._first_plan()
+        base = self._plan(0, self.chunks[0] if self.prompt is not None else 0)
         if self.prompt is not None:
-            yield from self._chunk_repeats(base, advance)
+            yield from self._chunk_repeats(base)
             return
         steps_left, num_steps = self.steps_left, self.num_steps
         if num_steps <= self.first_finish:  # nobody leaves before the run's last step
-            yield Repeat(base, num_steps, advance)
+            yield Repeat(base, num_steps)
             return
         # Past finishes: a repeat per stretch between them, without those that left.
         done = 0
         for finish in sorted(set(steps_left)):
             if finish > done:
                 steps = min(finish, num_steps) - done
-                yield Repeat(base, steps, advance + done, tuple(i for i, left in enumerate(steps_left) if left <= done))
+                yield Repeat(base, steps, done, tuple(i for i, left in enumerate(steps_left) if left <= done))
                 done += steps
             if done >= num_steps:
                 return
 
-    def _first_plan(self) -> tuple[StepPlan, int]:
-        """A plan that, some steps on, is the run's first step with every chunk a whole one:
-        the planned step itself, one step on, where it ran exactly that; else that step."""
-        plan, decoders = self.plan, self.decoders
-        shape = [(request.request_id, 1) for request in decoders]
-        if self.prompt is not None:
-            shape.append((self.prompt.request_id, self.chunks[0]))
-        if len(plan.seqs) == len(shape) and all(
-                (seq.request_id, seq.num_new_tokens) == expected for seq, expected in zip(plan.seqs, shape)):
-            return plan, 1
-        seqs = _decode_seqs(decoders, self.contexts)
-        if self.prompt is not None:
-            seqs = (*seqs, ScheduledSeq(self.prompt.request_id, self.chunks[0], self.prompt_context, False,
-                                        self.prompt.prompt_len))
-        return StepPlan(plan.step_id + 1, seqs), 0
+    def _plan(self, step: int, chunk: int, completes: bool = False) -> StepPlan:
+        """The plan of the run's step `step` (from 0): the decodes, and the prompt's `chunk`
+        (none: 0) on the positions the chunks before took, completing it or not."""
+        prompt = self.prompt
+        if self._decodes is None:
+            decoders = self.decoders
+            self._decodes = Decodes(self.ids, [request.num_processed for request in decoders],
+                                    [request.prompt_len for request in decoders])
+        decodes = self._decodes
+        if step:
+            decodes = decodes._replace(context_lens=[context + step for context in decodes.context_lens])
+        listed = ()
+        if prompt is not None:
+            context = self.prompt_context + step * self.chunks[0]
+            listed = (ScheduledSeq(prompt.request_id, chunk, context, completes, prompt.prompt_len),)
+        return StepPlan(self.plan.step_id + 1 + step, listed, decodes=decodes)
 
-    def _chunk_repeats(self, base: StepPlan, advance: int) -> Iterator[Repeat]:
+    def _chunk_repeats(self, base: StepPlan) -> Iterator[Repeat]:
         """The decodes with the prompt's whole chunks, then the step of its last chunk."""
         prompt, chunks = self.prompt, self.chunks
         assert prompt is not None
         completes = self.prompt_context + sum(chunks) == prompt.num_tokens
         body = len(chunks) - completes
         if body:
-            yield Repeat(base, body, advance)
+            yield Repeat(base, body)
         if completes:
-            context = self.prompt_context + body * chunks[0]
-            seqs = (*_decode_seqs(self.decoders, [context + body for context in self.contexts]),
-                    ScheduledSeq(prompt.request_id, chunks[-1], context, True, prompt.prompt_len))
-            yield Repeat(StepPlan(self.plan.step_id + 1 + body, seqs), 1)
+            yield Repeat(self._plan(body, chunks[-1], completes=True), 1)
 
     def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
         """Complete the run's first len(step_ends) steps (after the planned one's `complete`)."""
@@ -255,20 +251,16 @@ class StepRun:
         return chunks, True, policy.select_outputs([prompt], step_ends[-1])
 
 
-def _decode_seqs(decoders: list[Request], contexts: list[int]) -> tuple[ScheduledSeq, ...]:
-    """One decode each, on the given contexts."""
-    return tuple(ScheduledSeq(request.request_id, 1, context, True, request.prompt_len)
-                 for request, context in zip(decoders, contexts))
-
-
 def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int, num_steps: int) -> list[int]:
     """New blocks each of `num_steps` steps takes, where each request (next new block at step
     `firsts`) decodes its first `taken` steps (all of them, where an int): one at its first,
     then every block_size steps."""
-    if type(taken) is int and taken <= block_size:  # at most one each: at its first, if in the run
-        by_step = Counter(firsts)
-        return [by_step[step] for step in range(1, num_steps + 1)]
     new_blocks = [0] * num_steps
+    if type(taken) is int and taken <= block_size:  # at most one each: at its first, if in the run
+        for first in firsts:
+            if first <= num_steps:
+                new_blocks[first - 1] += 1
+        return new_blocks
     counts = repeat(taken) if type(taken) is int else taken
     for first, count in zip(firsts, counts):
         if first <= count:
@@ -295,62 +287,32 @@ def _until_last(before: int, after: int, num_steps: int) -> int | list[int]:
     return before if before == after else [*([before] * (num_steps - 1)), after]
 
 
-def _decoders_after(plan: StepPlan, requests: list[Request]) -> tuple[list[int], list[int]] | None:
-    """Each request's context and steps until its last output once `plan` has run, where every
-    one of them decodes then (its prompt done and exactly its newest output to process); None
-    where one does not."""
-    by_id = {seq.request_id: seq for seq in plan.seqs}
-    contexts, steps_left = [], []
-    for request in requests:
-        seq = by_id.get(request.request_id)
-        if seq is None:
-            processed, outputs = request.num_processed, request.num_outputs
-        else:
-            processed, outputs = seq.context_len + seq.num_new_tokens, request.num_outputs + seq.selects_token
-        if not outputs or request.prompt_len + outputs - processed != 1:
-            return None
-        contexts.append(processed)
-        steps_left.append(request.num_target_outputs - outputs)
-    return contexts, steps_left
-
-
 class DecodeRuns:
     """The generic accelerator: runs of decode-only steps of an unchanged batch."""
 
     def __init__(self, policy: Scheduler) -> None:
         self.policy = policy
 
-    def extend(self, plan: StepPlan, *, closed_loop: bool) -> StepRun | None:
-        """Where every running request decodes once `plan` has run and the next step only
+    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> StepRun | None:
+        """Where every running request decodes next (`plan` completed) and the next step only
         continues them: their decodes, repeated."""
         policy = self.policy
         running = policy.running
-        if policy.emit_block_tables or not running or not policy.only_continues_next(plan):
-            return None
-        after = _decoders_after(plan, running)
-        if after is None:
+        if policy.emit_block_tables or not running or not policy.only_continues_next(plan, finished) \
+                or any(request.is_prefilling for request in running):
             return None
         if policy.preempted_at and not policy.preempted_at.keys().isdisjoint(r.request_id for r in running):
             return None  # (never after a step that left it decoding: a safety net)
-        contexts, steps_left = after
-        first_finish = min(steps_left)
+        steps_left = [request.num_target_outputs - request.num_outputs for request in running]
         past_finishes = not closed_loop and policy.runs_past_finishes()
-        decoders = running
-        if first_finish < 1:  # some finish in the planned step
-            if not past_finishes:
-                return None
-            going_on = [index for index, left in enumerate(steps_left) if left]
-            decoders, contexts, steps_left = ([column[i] for i in going_on] for column in (running, contexts, steps_left))
-            if not decoders:
-                return None
         limit = max(steps_left) if past_finishes else min(steps_left)
         # Blocks are counted as if those that finish kept growing: never more than stepping needs.
-        ids = [request.request_id for request in decoders]
+        ids = [request.request_id for request in running]
         firsts = policy.bm.first_new_block_steps(ids)
         num_steps = policy.bm.max_decode_steps(ids, limit, firsts)
         if num_steps < 1:
             return None
-        return StepRun(policy, plan, list(decoders), ids, contexts, firsts, steps_left, num_steps, first_finish)
+        return StepRun(policy, plan, list(running), ids, firsts, steps_left, num_steps)
 
 
 class ChunkRuns(DecodeRuns):
@@ -358,12 +320,12 @@ class ChunkRuns(DecodeRuns):
 
     policy: ChunkedPrefillPolicy
 
-    def extend(self, plan: StepPlan, *, closed_loop: bool) -> StepRun | None:
-        return self._chunk_run(plan) or super().extend(plan, closed_loop=closed_loop)
+    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> StepRun | None:
+        return self._chunk_run(plan) or super().extend(plan, finished, closed_loop=closed_loop)
 
     def _chunk_run(self, plan: StepPlan) -> StepRun | None:
-        """After a step that leaves every running request decoding but the newest, a prompt in
-        progress: the steps that run every decode and that prompt's next chunk, as `fill`
+        """Where every running request decodes next but the newest, a prompt in progress (`plan`
+        completed): the steps that run every decode and that prompt's next chunk, as `fill`
         (stall-free) does when no swapped request waits and nothing is admitted. Admission is
         tried only in a step whose budget the decodes and the chunk leave room in (`room_from`):
         the run stops before one while requests wait. It stops at the first finish, whose seat
@@ -373,20 +335,12 @@ class ChunkRuns(DecodeRuns):
         if not running or policy.order != "stall_free" or policy.bm.tracks_block_ids or policy.swapped \
                 or policy.emit_block_tables or plan.preempted_ids or plan.moves_blocks:
             return None
-        prompt = running[-1]
-        prompt_seq = next((seq for seq in reversed(plan.seqs) if seq.request_id == prompt.request_id), None)
-        if prompt_seq is None or prompt_seq.selects_token:
-            return None  # not in the step, or its chunk completes it: it decodes after
-        prompt_processed = prompt_seq.context_len + prompt_seq.num_new_tokens
-        pending = prompt.num_tokens - prompt_processed
-        decoders = running[:-1]
-        after = _decoders_after(plan, decoders)
-        if after is None:
+        prompt, decoders = running[-1], running[:-1]
+        if not prompt.is_prefilling or any(request.is_prefilling for request in decoders):
             return None
-        contexts, steps_left = after
+        steps_left = [request.num_target_outputs - request.num_outputs for request in decoders]
+        pending = prompt.num_pending
         first_finish = min(steps_left) if steps_left else pending
-        if first_finish < 1:
-            return None
         options, num_decodes = policy.options, len(decoders)
         tokens_left = options.max_num_batched_tokens - num_decodes
         seats_left = options.max_num_seqs - num_decodes - 1
@@ -406,22 +360,21 @@ class ChunkRuns(DecodeRuns):
             pending -= chunk
         ids = [request.request_id for request in decoders]
         firsts = policy.bm.first_new_block_steps(ids)
-        num_steps = _chunk_steps_within(policy, firsts, prompt, prompt_processed, chunks)
+        num_steps = _chunk_steps_within(policy, firsts, prompt, chunks)
         if num_steps < 1:
             return None
-        return StepRun(policy, plan, decoders, ids, contexts, firsts, steps_left, num_steps, first_finish, prompt,
-                       prompt_processed, chunks[:num_steps], room_from)
+        return StepRun(policy, plan, decoders, ids, firsts, steps_left, num_steps, prompt, chunks[:num_steps],
+                       room_from)
 
 
-def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, prompt_processed: int,
-                        chunks: list[int]) -> int:
+def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, chunks: list[int]) -> int:
     """Most of the steps with these chunks whose new blocks, decodes' and prompt's, are free."""
     bm = policy.bm
     held = bm.num_table_blocks[prompt.request_id]
     free, bs = bm.num_free_blocks, bm.block_size
     decode_blocks = accumulate(_blocks_each_step(firsts, len(chunks), bs, len(chunks)))
     for step, (positions, taken) in enumerate(zip(accumulate(chunks), decode_blocks)):
-        if taken + max(bm.blocks_for(prompt_processed + positions) - held, 0) > free:
+        if taken + max(bm.blocks_for(prompt.num_processed + positions) - held, 0) > free:
             return step
     return len(chunks)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Literal
 
 from policies.budget import StepBudget
@@ -27,7 +28,7 @@ from policies.queues import WaitingQueue, make_order
 from policies.tally import Tally
 from simcore.block_manager import BlockManager, PrefixHit
 from simcore.itl import ItlLog
-from simcore.plan import NO_BLOCK_ID, ScheduledSeq, StepPlan
+from simcore.plan import NO_BLOCK_ID, NO_DECODES, Decodes, ScheduledSeq, StepPlan
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
 
@@ -57,17 +58,19 @@ class SchedulerOptions:
     queue_order: str = "fcfs"
 
 
-def _no_table(request_id: int) -> tuple[int, ...]:
-    """The block table a plan's sequence carries where no one reads it: none."""
+def _nothing(request: Request) -> tuple:
     return ()
 
 
 class PlanBuilder:
     """The plan of the step being scheduled, as the rules add to it."""
 
-    __slots__ = ("seqs", "copies", "swap_out", "swap_in", "preempted", "admitted", "scheduled", "pinned_host")
+    __slots__ = ("decodes", "seqs", "copies", "swap_out", "swap_in", "preempted", "admitted", "scheduled",
+                 "pinned_host")
 
     def __init__(self) -> None:
+        # A batch of decodes taken at once (`schedule_decodes`), as columns, then sequences one by one.
+        self.decodes = NO_DECODES
         self.seqs: list[ScheduledSeq] = []
         self.copies: list[tuple[int, int]] = []
         self.swap_out: list[tuple[int, int]] = []
@@ -78,6 +81,11 @@ class PlanBuilder:
         self.scheduled: set[int] = set()
         # Host blocks read by this plan's swap-ins: not to be overwritten by its swap-outs.
         self.pinned_host: set[int] = set()
+
+    @property
+    def has_seqs(self) -> bool:
+        """Whether anything runs in the step so far."""
+        return bool(self.seqs or self.decodes.request_ids)
 
 
 class Scheduler:
@@ -148,13 +156,13 @@ class Scheduler:
         self._begin_plan()
         self.fill(now)
         builder = self._builder
-        while not builder.seqs and not builder.swap_out and builder.preempted:
+        while not builder.has_seqs and not builder.swap_out and builder.preempted:
             # Preempting freed blocks but nothing ran: plan again with the room now available.
             preempted = builder.preempted
             builder = self._begin_plan()
             builder.preempted.extend(preempted)
             self.fill(now)
-            if builder.preempted == preempted and not builder.seqs:
+            if builder.preempted == preempted and not builder.has_seqs:
                 break
         return self._end_plan()
 
@@ -166,18 +174,22 @@ class Scheduler:
         """The step ended at `now`: advance every scheduled request by its processed positions,
         select outputs, retire the finished (returned)."""
         by_id, prefix, preempted_at = self.by_id, self.prefix, self.preempted_at
-        selecting: list[Request] = []
-        for seq in plan.seqs:
-            request = by_id[seq.request_id]
-            before = request.num_processed
-            request.num_processed = before + seq.num_new_tokens
-            if prefix.enabled:
-                prefix.register_full_blocks(request, before)
-            if preempted_at and request.request_id in preempted_at:
-                self.note_resumed(request, now)
-            if seq.selects_token:
-                selecting.append(request)
+        decoded = [by_id[request_id] for request_id in plan.decodes.request_ids]
+        for request in decoded:
+            request.num_processed += 1
+        listed = [by_id[seq.request_id] for seq in plan.listed]
+        for request, seq in zip(listed, plan.listed):
+            request.num_processed += seq.num_new_tokens
+        if prefix.enabled or preempted_at:
+            # In batch order: of two equal blocks filled in one step, the cache keeps the first.
+            num_new = [*repeat(1, len(decoded)), *(seq.num_new_tokens for seq in plan.listed)]
+            for request, count in zip([*decoded, *listed], num_new):
+                if prefix.enabled:
+                    prefix.register_full_blocks(request, request.num_processed - count)
+                if preempted_at and request.request_id in preempted_at:
+                    self.note_resumed(request, now)
         self.num_resident_tokens += plan.num_batched_tokens
+        selecting = [*decoded, *(request for request, seq in zip(listed, plan.listed) if seq.selects_token)]
         gaps = self.select_outputs(selecting, now)
         if gaps:
             self.itl.add_gaps(gaps)
@@ -193,21 +205,22 @@ class Scheduler:
     # ---- what accelerators ask (docs/policies.md, "Writing a policy") ---------------------
     # Each a claim about `fill`; the equivalence tests (tests/test_accelerate.py) check them.
 
-    def only_continues_next(self, plan: StepPlan) -> bool:
-        """Whether the step after `plan` (just planned), if no request is delivered before it
-        and its blocks suffice, only continues the running requests, each of them (a decode, or
-        a prompt's next chunk): it has budget for every decode, and starts nothing (admits no
-        waiting request, resumes no swapped one) because nothing waits or is swapped out, or
-        because `plan` only decoded every running request, so its admission and swap-in found
-        too little room (seats, budget, blocks), which the next step has no more of. Not with
-        a prefix cache while requests wait: blocks the decodes fill can give the queue new hits."""
+    def only_continues_next(self, plan: StepPlan, finished: list[Request]) -> bool:
+        """Whether the step after `plan` (completed, `finished` leaving in it), if no request is
+        delivered before it and its blocks suffice, only continues the running requests, each
+        of them (a decode, or a prompt's next chunk): it has budget for every decode, and starts
+        nothing (admits no waiting request, resumes no swapped one) because nothing waits or is
+        swapped out, or because `plan` only decoded every running request and none finished, so
+        its admission and swap-in found too little room (seats, budget, blocks), which the next
+        step has no more of. Not with a prefix cache while requests wait: blocks the decodes
+        fill can give the queue new hits."""
         if len(self.running) > min(self.options.max_num_batched_tokens, self.options.max_num_seqs):
             return False
         if not self.waiting and not self.swapped:
             return True
-        if self.prefix.enabled:
+        if self.prefix.enabled or finished:
             return False
-        return plan.num_decode_tokens == len(plan.seqs) == len(self.running) and not plan.admitted_ids \
+        return plan.num_decode_tokens == plan.num_seqs == len(self.running) and not plan.admitted_ids \
             and not plan.preempted_ids and not plan.blocks_to_swap_in
 
     def arrival_waits(self, request: Request) -> bool:
@@ -296,7 +309,7 @@ class Scheduler:
         admission = StepBudget(budget.num_tokens, min(budget.num_seqs, self.options.max_num_seqs - len(self.running)))
         while self.waiting and not admission.is_spent:
             request = self.waiting[0]
-            if self.admits_whole_prompts and not builder.seqs and request.num_tokens > admission.num_tokens:
+            if self.admits_whole_prompts and not builder.has_seqs and request.num_tokens > admission.num_tokens:
                 # A recompute of prompt + outputs may exceed the budget; it then runs alone.
                 admission.num_tokens = request.num_tokens
             taken = self.try_admit(request, admission, now)
@@ -357,9 +370,9 @@ class Scheduler:
 
     def schedule_decodes(self, decoders: list[Request], budget: StepBudget) -> None:
         """One position for each decoding request, in batch order, each making room first
-        (`schedule_running`): the blocks all of them need are taken at once where they are free
-        and the budget fits them all (no one is preempted then: the same blocks, in the same
-        order)."""
+        (`make_room`): the blocks all of them need are taken at once where they are free and
+        the budget fits them all (no one is preempted then: the same blocks, in the same order).
+        Those that run go into the plan together, as columns where they are the first in it."""
         num_decodes = len(decoders)
         if not num_decodes:
             return
@@ -367,21 +380,46 @@ class Scheduler:
         firsts = self.bm.first_new_block_steps(ids)
         if num_decodes <= min(budget.num_tokens, budget.num_seqs) and self.bm.max_decode_steps(ids, 1, firsts) == 1:
             self.bm.append_decode_steps(ids, 1, firsts)
-            self._add_seqs(decoders, 1)
             budget.num_tokens -= num_decodes
             budget.num_seqs -= num_decodes
-            return
-        for request in decoders:
-            # Status, not `in self.running`: a scan per request made memory-tight steps quadratic.
-            if request.status is Status.RUNNING and not budget.is_spent:
-                if self.schedule_running(request, 1):
+        else:
+            builder = self._builder
+            assert builder is not None
+            decoding = []
+            for request in decoders:
+                # Status, not `in self.running`: a scan per request made memory-tight steps quadratic.
+                if request.status is Status.RUNNING and not budget.is_spent and self.make_room(request, 1):
+                    builder.copies.extend(self.bm.append(request.request_id, 1))
+                    builder.scheduled.add(request.request_id)  # (no longer a victim)
+                    decoding.append(request)
                     budget.take(1)
+            decoders, ids = decoding, [request.request_id for request in decoding]
+        self._add_decodes(decoders, ids)
+
+    def _add_decodes(self, decoders: list[Request], ids: list[int]) -> None:
+        """Put one decode of each of `decoders` (blocks appended) into the plan: as columns where
+        nothing is in it yet and no one reads their block tables."""
+        builder = self._builder
+        assert builder is not None
+        if builder.has_seqs or self.emit_block_tables or any(request.is_prefilling for request in decoders):
+            self._add_seqs(decoders, 1)
+        else:
+            builder.decodes = Decodes(ids, [request.num_processed for request in decoders],
+                                      [request.prompt_len for request in decoders])
+            builder.scheduled.update(ids)
 
     def schedule_running(self, request: Request, num_new: int) -> bool:
-        """Make room for `num_new` more positions of a running request, preempting if needed,
-        and put them in the plan. Victims are chosen by the queue order among running requests
-        not yet in this step (FCFS: the most recently admitted, as vLLM). Returns False if the
-        request itself was preempted."""
+        """Make room for `num_new` more positions of a running request (`make_room`) and put them
+        in the plan. Returns False if the request itself was preempted."""
+        if not self.make_room(request, num_new):
+            return False
+        self._run(request, num_new)
+        return True
+
+    def make_room(self, request: Request, num_new: int) -> bool:
+        """Free blocks for `num_new` more positions of a running request by preempting others.
+        Victims are chosen by the queue order among running requests not yet in this step (FCFS:
+        the most recently admitted, as vLLM). Returns False if the request itself was preempted."""
         builder = self._builder
         assert builder is not None
         while not self.bm.can_append(request.request_id, num_new):
@@ -390,7 +428,6 @@ class Scheduler:
                 self.preempt(request)
                 return False
             self.preempt(victim)
-        self._run(request, num_new)
         return True
 
     def preempt(self, victim: Request) -> None:
@@ -574,12 +611,13 @@ class Scheduler:
         builder = self._builder
         self._builder = self.prefix.builder = None
         # A step with no sequence still happens if it moves blocks (a swap-out that made room).
-        if builder is None or not (builder.seqs or builder.swap_out or builder.swap_in):
+        if builder is None or not (builder.has_seqs or builder.swap_out or builder.swap_in):
             return None
         self.num_steps += 1
         return StepPlan(
             step_id=self.num_steps - 1,
             seqs=tuple(builder.seqs),
+            decodes=builder.decodes,
             blocks_to_copy=tuple(builder.copies),
             blocks_to_swap_out=tuple(builder.swap_out),
             blocks_to_swap_in=tuple(builder.swap_in),
@@ -598,14 +636,19 @@ class Scheduler:
         a sequence selects an output where it reaches the request's last known token."""
         builder = self._builder
         assert builder is not None
-        table = self.bm.table if self.emit_block_tables else _no_table
+        # What only a real engine reads: block tables and prompt content.
+        content = self._engine_inputs if self.emit_block_tables else _nothing
         builder.seqs += [
             ScheduledSeq(request.request_id, num_new, request.num_processed,
                          request.num_processed + num_new == request.prompt_len + request.num_outputs,
-                         request.prompt_len, table(request.request_id), request.prompt_token_ids, request.segments)
+                         request.prompt_len, *content(request))
             for request in requests
         ]
         builder.scheduled.update([request.request_id for request in requests])
+
+    def _engine_inputs(self, request: Request) -> tuple:
+        """A sequence's block table and prompt content, for a real engine."""
+        return self.bm.table(request.request_id), request.prompt_token_ids, request.segments
 
     # ---- checks ----------------------------------------------------------------------------
 

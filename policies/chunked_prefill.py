@@ -55,7 +55,7 @@ class ChunkedPrefillPolicy(Scheduler):
             self._decodes_waited_at = None  # their turn, taken (a step planned again tries prompts)
         else:
             self._run_prompts(budget, now, [request for request in self.running if request.is_prefilling])
-            if self._builder.seqs:  # type: ignore[union-attr]
+            if self._builder.has_seqs:  # type: ignore[union-attr]
                 if has_decodes:
                     self._decodes_waited_at = self.num_steps
                 return
@@ -88,8 +88,8 @@ class ChunkedPrefillPolicy(Scheduler):
     def first_chunk_limit(self, request: Request) -> int:
         return self.chunk_size
 
-    def only_continues_next(self, plan: StepPlan) -> bool:
+    def only_continues_next(self, plan: StepPlan, finished: list[Request]) -> bool:
         # Alternate order: decodes that took their turn tried no admission, which the next step will.
         if self._decodes_take_turn and (self.waiting or self.swapped):
             return False
-        return super().only_continues_next(plan)
+        return super().only_continues_next(plan, finished)

@@ -37,7 +37,7 @@ class ContinuousPolicy(Scheduler):
         # Swapped-out requests come back before anything is admitted.
         if not self.mixed and not self.swapped:
             self.admit_waiting(budget, now)
-            if self._builder.seqs:  # type: ignore[union-attr]
+            if self._builder.has_seqs:  # type: ignore[union-attr]
                 return  # a prefill-only step
         # Whole prompts are prefilled on admission, so every running request is decoding.
         self.schedule_decodes(list(self.running), budget)

@@ -42,7 +42,7 @@ class StaticPolicy(Scheduler):
         for request in self.running:
             self._run(request, request.num_pending)
 
-    def only_continues_next(self, plan: StepPlan) -> bool:
+    def only_continues_next(self, plan: StepPlan, finished: list[Request]) -> bool:
         return True  # the group runs whole, with no budget; newcomers wait until it is done
 
     def arrival_waits(self, request: Request) -> bool:

@@ -10,7 +10,6 @@ to `BlockManager` (tested); the runner picks it automatically.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
 
 from simcore.block_manager import PrefixHit
 from simcore.decode_blocks import BlockArithmetic, max_steps_within
@@ -91,19 +90,14 @@ class BlockCounter(BlockArithmetic):
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
         bs, held, stored = self.block_size, self.num_table_blocks, self.num_positions
-        counts = repeat(num_steps) if isinstance(num_steps, int) else num_steps
+        counts = [num_steps] * len(request_ids) if isinstance(num_steps, int) else num_steps
         needs = [(count - first) // bs + 1 if first <= count else 0 for first, count in zip(firsts, counts)]
         taken = sum(needs)
         if taken > self.num_free_blocks:
             raise MemoryError(f"decode steps need {taken} blocks, {self.num_free_blocks} free")
         self.num_free_blocks -= taken
-        if isinstance(num_steps, int):
-            for rid in request_ids:
-                stored[rid] += num_steps
-        else:
-            for rid, count in zip(request_ids, num_steps):
-                stored[rid] += count
-        for rid, need in zip(request_ids, needs):
+        for rid, count, need in zip(request_ids, counts, needs):
+            stored[rid] += count
             if need:
                 held[rid] += need
 

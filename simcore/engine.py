@@ -8,7 +8,7 @@ to follow it (a `Run`): the engine prices them one at a time as the clock reache
 cuts the run where a delivered request could change it (`Run.steps_kept`), at its own end, or
 at the horizon. `simulate` replays a list of requests through one engine.
 
-The clock counts picoseconds (`simcore.clock`); the engine's wake-ups come after everything
+The clock counts femtoseconds (`simcore.clock`); the engine's wake-ups come after everything
 else due at the same instant (`_late`), so a step that starts when a request arrives sees it.
 """
 
@@ -79,10 +79,10 @@ class Run(Protocol):
 
 
 class Accelerator(Protocol):
-    def extend(self, plan: StepPlan, *, closed_loop: bool) -> Run | None:
-        """The steps certain to follow `plan` (just planned, not yet run), or None. With
-        `closed_loop`, a finish releases requests (follow-up turns): a run ends at its first
-        finish, and every delivery cuts it."""
+    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> Run | None:
+        """The steps certain to follow `plan` (completed: the policy's state is the one it
+        leaves; `finished` left in it), or None. With `closed_loop`, a finish releases requests
+        (follow-up turns): a run ends at its first finish, and every delivery cuts it."""
 
 
 @dataclass
@@ -229,12 +229,18 @@ class Engine:
         if self.horizon is not None and end >= self.horizon:
             self.end_reason = "max_sim_time"
             return None
+        # What the step does is known now, and nothing reads the policy before it ends (a
+        # delivery only fills the inbox): it is completed here, at its end time, and recorded
+        # as stepping records it; an accelerator extends it from the state it leaves.
+        finished = self.policy.complete(plan, to_seconds(end))
+        self.log.add(self._record(plan, start, duration), self._extras(plan))
         closed_loop = self.follow_ups is not None
-        run = self.accelerator.extend(plan, closed_loop=closed_loop) if self.accelerator is not None else None
+        run = None
+        # (A finish releases follow-up turns when its step ends: not after a run.)
+        if self.accelerator is not None and not (closed_loop and finished):
+            run = self.accelerator.extend(plan, finished, closed_loop=closed_loop)
         if run is None:
             yield _Late(env, duration)
-            finished = self.policy.complete(plan, to_seconds(end))
-            self.log.add(self._record(plan, start, duration), self._extras(plan))
             if self.on_step is not None:
                 self.on_step(to_seconds(end))
             return finished
@@ -269,33 +275,28 @@ class Engine:
             if self.limits.max_wall_time_s is not None and \
                     time.perf_counter() - self._wall_start > self.limits.max_wall_time_s:
                 break
-        return self._apply_run(plan, start, end, run, ends)
-
-    def _apply_run(self, plan: StepPlan, start: int, end: int, run: Run, ends: list[int]) -> list[Request]:
-        """Complete a planned step and the first len(ends) steps of the run after it, and record
-        them. Requests delivered while they ran join the queue first, in order: each only joins
-        (`Run.steps_kept`), and each step's record counts out those that arrived after it started."""
-        starts = [end, *ends[:-1]]
-        last_start = starts[-1] if ends else start
-        late = [request for request in self.inbox if to_ticks(request.arrival_s) <= last_start]
-        if late:
-            self.inbox = [request for request in self.inbox if to_ticks(request.arrival_s) > last_start]
-        joined = self._hand_over(late)
-        finished = self.policy.complete(plan, to_seconds(end))
-        record = self._record(plan, start, end - start)
-        waiting = record.num_waiting
-        self.log.add(record._replace(num_waiting=waiting - _count_after(joined, start)), self._extras(plan))
         if not ends:
             return finished
+        return [*finished, *self._apply_run(run, end, ends)]
+
+    def _apply_run(self, run: Run, end: int, ends: list[int]) -> list[Request]:
+        """Complete the first len(ends) steps of a run that starts at `end`, and record them.
+        Requests delivered while they ran join the queue first, in order: each only joins
+        (`Run.steps_kept`), and each step's record counts out those that arrived after it started."""
+        starts = [end, *ends[:-1]]
+        late = [request for request in self.inbox if to_ticks(request.arrival_s) <= starts[-1]]
+        if late:
+            self.inbox = [request for request in self.inbox if to_ticks(request.arrival_s) > starts[-1]]
+        joined = self._hand_over(late)
         # In seconds, the steps' ends, starts and durations (`to_seconds` of each).
         seconds = [tick / TICKS_PER_SECOND for tick in (end, *ends)]
-        more, columns = run.apply(seconds[1:])
+        finished, columns = run.apply(seconds[1:])
         queue = len(self.policy.waiting)
         self.log.add_run(len(ends), columns._replace(
             start_s=seconds[:-1], duration_s=[(b - a) / TICKS_PER_SECOND for a, b in zip(starts, ends)],
             num_waiting=[queue - _count_after(joined, at) for at in starts] if joined else queue,
         ))
-        return [*finished, *more]
+        return finished
 
     # ---- helpers ----------------------------------------------------------------------------
 
@@ -336,7 +337,7 @@ class Engine:
         policy, bm = self.policy, self.policy.bm
         host = policy.host
         return StepRecord(
-            plan.step_id, to_seconds(start), to_seconds(duration), len(plan.seqs), plan.num_prefill_tokens,
+            plan.step_id, to_seconds(start), to_seconds(duration), plan.num_seqs, plan.num_prefill_tokens,
             plan.num_decode_tokens, plan.num_selecting, len(policy.running), len(policy.waiting),
             len(policy.swapped), bm.num_used_blocks, bm.num_shared_blocks,
             host.num_used_blocks if host is not None else 0, policy.num_resident_tokens, len(plan.preempted_ids),

@@ -6,8 +6,7 @@ of steps taken at once is a list of `Repeat`s: a plan and how many steps repeat 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 
@@ -46,38 +45,65 @@ class ScheduledSeq(NamedTuple):
 NO_BLOCK_ID = -1
 
 
-@dataclass(slots=True)
+class Decodes(NamedTuple):
+    """A step's decodes as columns: each request processes one position on top of its complete
+    prompt and selects an output. How a policy plans a batch of decodes (often hundreds a
+    step) without building a sequence for each; read one by one, they are `ScheduledSeq`s."""
+
+    request_ids: Sequence[int]
+    context_lens: Sequence[int]
+    prompt_lens: Sequence[int]
+
+
+NO_DECODES = Decodes((), (), ())
+
+
 class StepPlan:
-    """A step's plan (plain data, not changed once built)."""
+    """A step's plan (plain data, not changed once built): the sequences that run, in batch
+    order, and the blocks the step moves. Decodes may come as columns (`decodes`, first in the
+    batch) besides sequences built one by one (`listed`); `seqs` reads them all as sequences."""
 
-    step_id: int
-    # Requests that run this step, in batch order.
-    seqs: tuple[ScheduledSeq, ...]
-    # Copy-on-write block copies to perform before the step: (source block, destination block).
-    blocks_to_copy: tuple[tuple[int, int], ...] = ()
-    # Device -> host block moves (swap-out / offload): (device block, host block). The device
-    # side is NO_BLOCK_ID where the block manager only counts blocks (no cost model that reads
-    # device ids runs then: a real engine's has them tracked).
-    blocks_to_swap_out: tuple[tuple[int, int], ...] = ()
-    # Host -> device block moves (swap-in / prefix reload): (host block, device block), the
-    # device side as above.
-    blocks_to_swap_in: tuple[tuple[int, int], ...] = ()
-    # Bytes of one KV block, so transfer costs need no model knowledge beyond the plan.
-    block_bytes: int = 0
-    # Requests preempted while forming this plan (they do not run in it).
-    preempted_ids: tuple[int, ...] = ()
-    # Requests admitted from the queue by this plan (they run in it).
-    admitted_ids: tuple[int, ...] = ()
+    __slots__ = ("step_id", "decodes", "listed", "blocks_to_copy", "blocks_to_swap_out", "blocks_to_swap_in",
+                 "block_bytes", "preempted_ids", "admitted_ids", "num_batched_tokens", "num_prefill_tokens",
+                 "num_decode_tokens", "num_selecting", "_seqs")
 
-    # Token counts, derived once from `seqs` (read by cost models and step records).
-    num_batched_tokens: int = field(init=False, default=0)
-    num_prefill_tokens: int = field(init=False, default=0)
-    num_decode_tokens: int = field(init=False, default=0)
-    num_selecting: int = field(init=False, default=0)
-
-    def __post_init__(self) -> None:
-        batched = prefill = decode = selecting = 0
-        for seq in self.seqs:
+    def __init__(
+        self,
+        step_id: int,
+        seqs: tuple[ScheduledSeq, ...] = (),
+        *,
+        decodes: Decodes = NO_DECODES,
+        blocks_to_copy: tuple[tuple[int, int], ...] = (),
+        blocks_to_swap_out: tuple[tuple[int, int], ...] = (),
+        blocks_to_swap_in: tuple[tuple[int, int], ...] = (),
+        block_bytes: int = 0,
+        preempted_ids: tuple[int, ...] = (),
+        admitted_ids: tuple[int, ...] = (),
+    ) -> None:
+        self.step_id = step_id
+        # Decodes as columns, then sequences built one by one (`seqs`, after them in the batch).
+        self.decodes = decodes
+        self.listed = seqs
+        # Copy-on-write block copies to perform before the step: (source block, destination block).
+        self.blocks_to_copy = blocks_to_copy
+        # Device -> host block moves (swap-out / offload): (device block, host block). The device
+        # side is NO_BLOCK_ID where the block manager only counts blocks (no cost model that reads
+        # device ids runs then: a real engine's has them tracked).
+        self.blocks_to_swap_out = blocks_to_swap_out
+        # Host -> device block moves (swap-in / prefix reload): (host block, device block), the
+        # device side as above.
+        self.blocks_to_swap_in = blocks_to_swap_in
+        # Bytes of one KV block, so transfer costs need no model knowledge beyond the plan.
+        self.block_bytes = block_bytes
+        # Requests preempted while forming this plan (they do not run in it).
+        self.preempted_ids = preempted_ids
+        # Requests admitted from the queue by this plan (they run in it).
+        self.admitted_ids = admitted_ids
+        # Token counts, derived once (read by cost models and step records).
+        num_decodes = len(decodes.request_ids)
+        batched = prefill = 0
+        decode = selecting = num_decodes
+        for seq in seqs:
             batched += seq.num_new_tokens
             if seq.num_new_tokens == 1 and seq.context_len >= seq.prompt_len:
                 decode += 1
@@ -85,15 +111,68 @@ class StepPlan:
                 prefill += seq.num_new_tokens
             if seq.selects_token:
                 selecting += 1
-        self.num_batched_tokens = batched
+        self.num_batched_tokens = batched + num_decodes
         self.num_prefill_tokens = prefill
         self.num_decode_tokens = decode
         self.num_selecting = selecting
+        self._seqs: tuple[ScheduledSeq, ...] | None = None if num_decodes else seqs
+
+    @property
+    def seqs(self) -> tuple[ScheduledSeq, ...]:
+        """Every sequence of the step, in batch order (the decodes' columns read once, when asked)."""
+        if self._seqs is None:
+            decodes = self.decodes
+            self._seqs = (*(ScheduledSeq(request_id, 1, context, True, prompt_len) for request_id, context, prompt_len
+                            in zip(decodes.request_ids, decodes.context_lens, decodes.prompt_lens)), *self.listed)
+        return self._seqs
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.decodes.request_ids) + len(self.listed)
 
     @property
     def moves_blocks(self) -> bool:
         """Whether the step copies or swaps blocks besides running its sequences."""
         return bool(self.blocks_to_copy or self.blocks_to_swap_out or self.blocks_to_swap_in)
+
+    def without(self, indices: Sequence[int]) -> StepPlan:
+        """This plan's sequences but those at `indices` (batch order), for a plan that moves no
+        blocks (a run's, past finishes); decodes stay columns."""
+        gone, num_decodes = set(indices), len(self.decodes.request_ids)
+        kept = [index for index in range(num_decodes) if index not in gone]
+        decodes = Decodes(*([column[index] for index in kept] for column in self.decodes))
+        listed = tuple(seq for index, seq in enumerate(self.listed, num_decodes) if index not in gone)
+        return StepPlan(self.step_id, listed, decodes=decodes)
+
+    def with_seqs(self, seqs: tuple[ScheduledSeq, ...], step_id: int | None = None) -> StepPlan:
+        """This plan with other sequences (all listed) and, if given, another step id."""
+        return StepPlan(self.step_id if step_id is None else step_id, seqs, blocks_to_copy=self.blocks_to_copy,
+                        blocks_to_swap_out=self.blocks_to_swap_out, blocks_to_swap_in=self.blocks_to_swap_in,
+                        block_bytes=self.block_bytes, preempted_ids=self.preempted_ids, admitted_ids=self.admitted_ids)
+
+    def _key(self) -> tuple:
+        return (self.step_id, self.seqs, self.blocks_to_copy, self.blocks_to_swap_out, self.blocks_to_swap_in,
+                self.block_bytes, self.preempted_ids, self.admitted_ids)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StepPlan) and self._key() == other._key()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in zip(
+            ("step_id", "seqs", "blocks_to_copy", "blocks_to_swap_out", "blocks_to_swap_in", "block_bytes",
+             "preempted_ids", "admitted_ids"), self._key()))
+        return f"StepPlan({fields})"
+
+    def __getstate__(self) -> tuple:
+        return self._key()
+
+    def __setstate__(self, state: tuple) -> None:
+        step_id, seqs, copy, swap_out, swap_in, block_bytes, preempted, admitted = state
+        self.__init__(step_id, seqs, blocks_to_copy=copy, blocks_to_swap_out=swap_out,  # type: ignore[misc]
+                      blocks_to_swap_in=swap_in, block_bytes=block_bytes, preempted_ids=preempted,
+                      admitted_ids=admitted)
 
 
 class Repeat(NamedTuple):
@@ -109,9 +188,9 @@ class Repeat(NamedTuple):
     without: tuple[int, ...] = ()
 
     def plans(self) -> Iterator[StepPlan]:
-        """Every step's plan, in order (what `simcore.pricing.run_step_times` prices by default)."""
+        """Every step's plan, in order (what `simcore.pricing.repeat_times` prices by default)."""
         plan, gone = self.plan, set(self.without)
         kept = [seq for index, seq in enumerate(plan.seqs) if index not in gone]
         for step in range(self.advance, self.advance + self.num_steps):
             seqs = tuple(seq._replace(context_len=seq.context_len + step * seq.num_new_tokens) for seq in kept)
-            yield replace(plan, step_id=plan.step_id + step, seqs=seqs)
+            yield plan.with_seqs(seqs, plan.step_id + step)

@@ -209,15 +209,3 @@ def test_runs_price_as_their_steps(model_index):
         repeats = random_repeats(rng)
         assert [float(t) for r in repeats for t in model.repeat_times(r)] == \
             [model.step_time(p) for r in repeats for p in r.plans()]
-
-
-def test_a_copy_prices_the_same_and_starts_without_the_memo():
-    import copy
-    import pickle
-
-    model = MODELS[1]
-    plan = _decode_plan([100, 2000, 30_000])
-    before = model.step_time(plan)
-    for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
-        assert twin._last_sums == [None, None]
-        assert twin.step_time(plan) == before
