@@ -1,4 +1,4 @@
-"""The simulated clock: whole picoseconds.
+"""The simulated clock: whole femtoseconds.
 
 SimPy's clock counts ticks, so a sum of step times is exact and independent of how the steps
 are grouped: a run of steps taken at once ends at the very tick the same steps taken one by one
@@ -6,10 +6,12 @@ end at, and no code keeps a clock of its own. Step times, arrival times and ever
 or a step record reports stay float seconds; each is rounded to the nearest tick once, where it
 enters the clock.
 
-A picosecond, not a nanosecond: rounding each step time to the nearest tick errs by at most half
-a tick a step, which over a million steps adds up (a random walk) to about 0.3 ns, less than a
-float clock's own rounding at the times such runs reach (a float's spacing at 25,000 s is 3.6 ps:
-a million additions there drift by about a nanosecond).
+A femtosecond, not a picosecond: rounding each step time to the nearest tick errs by at most
+half a tick a step, and the errors of consecutive steps are alike (a batch's step time changes
+slowly), so they add up. On 640,000 busy steps (offload at 20% memory, 3,000 requests) a
+picosecond clock drifted 1.2 ns from the exact sum of the step times; a femtosecond clock stays
+within a float's spacing there (0.9 ps at 6,000 s), closer than a float clock (0.3 ns off).
+Ticks are Python integers, exact at any size.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-TICKS_PER_SECOND = 10**12
+TICKS_PER_SECOND = 10**15
 
 
 def to_ticks(seconds: float) -> int:
     """The tick nearest to `seconds` (finite, >= 0)."""
-    return round(seconds * TICKS_PER_SECOND)
+    try:
+        return round(seconds * TICKS_PER_SECOND)
+    except OverflowError:  # past 1.8e293 s (a limit that means "none"): a whole number of seconds
+        return int(seconds) * TICKS_PER_SECOND
 
 
 def to_seconds(ticks: int) -> float:
@@ -55,6 +60,10 @@ def durations_ticks(seconds: Sequence[float]) -> list[int]:
     """`duration_ticks` of each of a run's step times: in numpy arrays (the same arithmetic and
     rounding, a step an element) for an array whose ticks int64 holds, else one at a time."""
     if not isinstance(seconds, np.ndarray):
+        scaled = [value * TICKS_PER_SECOND for value in seconds]
+        # Where all are valid (a NaN fails the second test: its sum is NaN), at once.
+        if scaled and min(seconds) > 0 and sum(scaled) < math.inf:
+            return [round(value) or 1 for value in scaled]  # (0 only below half a tick: 1)
         ticks = []
         for index, value in enumerate(seconds):
             try:

@@ -3,7 +3,7 @@
 Every registered policy, with every queue order where it has one, with the prefix cache off and
 on, swaps and offload, every registered cost model, and policy subclasses that register nothing,
 run the same workloads both ways; request tables, step tables, inter-token gaps and the end of the
-run must be identical (the clock counts whole picoseconds, so a run's step ends are the very ticks
+run must be identical (the clock counts whole femtoseconds, so a run's step ends are the very ticks
 its steps end at one by one).
 """
 

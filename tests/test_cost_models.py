@@ -3,7 +3,7 @@
 A cost model needs only `step_time`; `simcore.pricing.repeat_times` builds a run's prices from
 it, and a model may offer its own `repeat_times` as a faster way to the same numbers. Here
 every model in the registry that offers one is checked against `step_time` on each step's plan,
-bit for bit, on random runs: decodes, prompt chunks, a chunk that completes its prompt, repeats
+bit for bit, on random runs: decodes (one by one or as columns), prompt chunks, a chunk that completes its prompt, repeats
 that start some steps on (`advance`) and requests that left (`without`).
 """
 
@@ -16,9 +16,9 @@ import pytest
 
 from backends.base import CostContext
 from backends.registry import COST_MODELS, build_cost_model
-from simcore.plan import Repeat, ScheduledSeq, StepPlan
-from simcore.presets import get_model
-from simcore.pricing import repeat_times
+from simcore.plan import Decodes, Repeat, ScheduledSeq, StepPlan
+from simcore.presets import get_hardware, get_model
+from simcore.pricing import prices_repeats, repeat_times
 
 TABLE = Path(__file__).parent / "data" / "profiles" / "cpu-tiny-llama.csv"
 # Parameters that build each registered model that the simulator runs without torch.
@@ -48,14 +48,20 @@ def random_repeats(rng: random.Random) -> list[Repeat]:
             seqs.append(ScheduledSeq(1000, chunk, context, selects, context + chunk if selects else 10**6))
         without = tuple(sorted(rng.sample(range(len(seqs) - 1), rng.randint(0, len(seqs) - 1)))) \
             if len(seqs) > 1 and rng.random() < 0.4 else ()
-        repeats.append(Repeat(StepPlan(rng.randint(0, 100), tuple(seqs)), num_steps, rng.randint(0, 5), without))
+        plan = StepPlan(rng.randint(0, 100), tuple(seqs))
+        decodes = [seq for seq in seqs if seq.num_new_tokens == 1]
+        if decodes and rng.random() < 0.5:  # the decodes as columns (how policies plan a batch of them)
+            plan = StepPlan(plan.step_id, tuple(seqs[len(decodes):]), decodes=Decodes(
+                [seq.request_id for seq in decodes], [seq.context_len for seq in decodes],
+                [seq.prompt_len for seq in decodes]))
+        repeats.append(Repeat(plan, num_steps, rng.randint(0, 5), without))
     return repeats
 
 
 @pytest.mark.parametrize("name", sorted(PARAMS))
 def test_a_run_is_priced_as_its_steps(name):
     model = build_cost_model(name, PARAMS[name], CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm"))
-    assert hasattr(model, "repeat_times"), f"{name} prices runs step by step: drop it from PARAMS' list of fast ones"
+    assert prices_repeats(type(model)), f"{name} prices runs step by step: drop it from PARAMS' list of fast ones"
     rng = random.Random(name)
     for _ in range(300):
         repeats = random_repeats(rng)
@@ -90,6 +96,28 @@ def test_a_model_with_step_time_only_is_priced_step_by_step():
     assert times == [0.001 * (1 + 23), 0.001 * (1 + 28), 0.001 * (1 + 33), 0.001 * 4]
 
 
+def test_a_subclass_that_rewrites_step_time_is_priced_by_it():
+    """A roofline with a step_time of its own is priced by that, not by the run pricing it
+    inherits (which describes the roofline's step_time); one that writes both keeps its own."""
+    from backends.roofline import RooflineCostModel
+
+    class Slower(RooflineCostModel):
+        def step_time(self, plan: StepPlan) -> float:
+            return 2 * super().step_time(plan) + 1e-4
+
+    class SlowerFast(Slower):
+        def repeat_times(self, repeat: Repeat) -> list[float]:
+            return [2 * time + 1e-4 for time in RooflineCostModel.repeat_times(self, repeat)]
+
+    model = Slower(get_model("llama-3.1-8b"), get_hardware("h100-sxm"))
+    assert not prices_repeats(Slower) and prices_repeats(SlowerFast) and prices_repeats(RooflineCostModel)
+    rng = random.Random(5)
+    for _ in range(50):
+        for repeat in random_repeats(rng):
+            expected = [model.step_time(plan) for plan in repeat.plans()]
+            assert list(repeat_times(model, repeat)) == expected
+
+
 def test_step_times_to_ticks_in_arrays_as_one_at_a_time():
     """The clock's rounding of a run's step times, in numpy arrays, equals its rounding of each
     (half to even, at least a tick), invalid ones named by index."""
@@ -103,8 +131,18 @@ def test_step_times_to_ticks_in_arrays_as_one_at_a_time():
     assert durations_ticks(seconds) == expected == durations_ticks(seconds.tolist())
     big = np.array([1e7, 2e9])  # past int64's ticks: counted one at a time, as Python ints
     assert durations_ticks(big) == [duration_ticks(1e7), duration_ticks(2e9)]
+    huge = [1e293, 1e293]  # each counts, their sum overflows
+    assert durations_ticks(huge) == [duration_ticks(1e293)] * 2
     for bad in ([0.1, 0.0], [0.1, float("nan")], [0.2, 0.1, -1.0], [float("inf")]):
         for form in (np.array(bad), bad):
             with pytest.raises(InvalidDuration) as caught:
                 durations_ticks(form)
             assert caught.value.index == len(bad) - 1
+
+
+def test_times_past_float_ticks_count():
+    """A limit or arrival whose femtoseconds a float cannot hold (1e300 s) is still a tick count."""
+    from simcore.clock import TICKS_PER_SECOND, to_ticks
+
+    assert to_ticks(1e300) == int(1e300) * TICKS_PER_SECOND
+    assert to_ticks(2.5) == 5 * TICKS_PER_SECOND // 2
