@@ -396,10 +396,7 @@ class ProfiledCostModel:
         that grow with context worked out in integers per step (a decode's context grows by
         one a step, a prompt chunk's by the chunk), the rest as `plan_shape` gives them, through
         the same sum."""
-        plan = repeat.plan
-        if repeat.without:  # requests that left: the plan without them
-            plan = plan.without(repeat.without)
-            repeat = Repeat(plan, repeat.num_steps, repeat.advance)
+        plan = repeat.kept_plan()
         decodes = [*plan.decodes.context_lens, *(seq.context_len for seq in plan.listed if seq.is_decode)]
         prompts = [(seq.num_new_tokens, seq.context_len) for seq in plan.listed if not seq.is_decode]
         if any(q == 1 for q, _ in prompts):

@@ -135,7 +135,7 @@ class RooflineCostModel:
         advanced in integers (step j adds j q_i to each context: j T to the context total and
         2 j q_i^2 to the attention work q (2c + q)), then the same float operations, a step an
         element (numpy's float64 arithmetic is the same IEEE arithmetic, in the same order)."""
-        plan = repeat.plan.without(repeat.without) if repeat.without else repeat.plan
+        plan = repeat.kept_plan()
         num_tokens, num_selecting, sum_context, attn_work, sum_squares = _sums(plan)
         dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
         # (No transfers: a repeat's plan moves no blocks; x + 0.0 and max(x, 0.0) are x.)

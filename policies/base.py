@@ -389,7 +389,7 @@ class Scheduler:
             for request in decoders:
                 # Status, not `in self.running`: a scan per request made memory-tight steps quadratic.
                 if request.status is Status.RUNNING and not budget.is_spent and self.make_room(request, 1):
-                    builder.copies.extend(self.bm.append(request.request_id, 1))
+                    self._store(request, 1)
                     builder.scheduled.add(request.request_id)  # (no longer a victim)
                     decoding.append(request)
                     budget.take(1)
@@ -628,8 +628,12 @@ class Scheduler:
 
     def _run(self, request: Request, num_new: int) -> None:
         """Store `num_new` more positions of a running request and put them in the plan."""
-        self._builder.copies.extend(self.bm.append(request.request_id, num_new))  # type: ignore[union-attr]
+        self._store(request, num_new)
         self._add_seqs((request,), num_new)
+
+    def _store(self, request: Request, num_new: int) -> None:
+        """Blocks for `num_new` more positions of a running request (copy-on-write copies join the plan)."""
+        self._builder.copies.extend(self.bm.append(request.request_id, num_new))  # type: ignore[union-attr]
 
     def _add_seqs(self, requests: Sequence[Request], num_new: int) -> None:
         """Put `num_new` positions of each of `requests` (blocks already appended) into the plan;

@@ -86,7 +86,7 @@ class ShortestPromptFirstOrder(QueueOrder):
         return (request.num_tokens, next(self._arrivals))
 
     def preempted_key(self, request: Request) -> Key:
-        return (request.num_tokens, next(self._arrivals))
+        return self.arrival_key(request)
 
 
 class LongestPrefixMatchOrder(QueueOrder):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simcore.block_manager import PrefixHit
-from simcore.decode_blocks import BlockArithmetic, max_steps_within
+from simcore.decode_blocks import BlockArithmetic, first_new_block_step, max_steps_within
 
 
 class BlockCounter(BlockArithmetic):
@@ -81,7 +81,7 @@ class BlockCounter(BlockArithmetic):
     def first_new_block_steps(self, request_ids: list[int]) -> list[int]:
         """For each request, the decode step (1-based) that first needs a new block."""
         bs, held, stored = self.block_size, self.num_table_blocks, self.num_positions
-        return [held[rid] * bs - stored[rid] + 1 for rid in request_ids]
+        return [first_new_block_step(held[rid] * bs, stored[rid]) for rid in request_ids]
 
     def append_decode_steps(self, request_ids: list[int], num_steps: int | Sequence[int],
                             firsts: list[int] | None = None) -> None:

@@ -105,7 +105,7 @@ class StepPlan:
         decode = selecting = num_decodes
         for seq in seqs:
             batched += seq.num_new_tokens
-            if seq.num_new_tokens == 1 and seq.context_len >= seq.prompt_len:
+            if seq.is_decode:
                 decode += 1
             else:
                 prefill += seq.num_new_tokens
@@ -187,10 +187,13 @@ class Repeat(NamedTuple):
     advance: int = 0
     without: tuple[int, ...] = ()
 
+    def kept_plan(self) -> StepPlan:
+        """`plan` without the sequences at the indices in `without`: the batch its steps advance."""
+        return self.plan.without(self.without) if self.without else self.plan
+
     def plans(self) -> Iterator[StepPlan]:
         """Every step's plan, in order (what `simcore.pricing.repeat_times` prices by default)."""
-        plan, gone = self.plan, set(self.without)
-        kept = [seq for index, seq in enumerate(plan.seqs) if index not in gone]
+        plan, kept = self.plan, self.kept_plan().seqs
         for step in range(self.advance, self.advance + self.num_steps):
             seqs = tuple(seq._replace(context_len=seq.context_len + step * seq.num_new_tokens) for seq in kept)
             yield plan.with_seqs(seqs, plan.step_id + step)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,32 +78,28 @@ def token_counts(
     """A column of token counts as int64: whole numbers >= minimum, else an error naming the row."""
     from workloads.spec import MAX_TOKENS
 
-    values = numbers(frame, column, source=source, unit=unit, label=label)
-    bad = np.flatnonzero((values != np.floor(values)) | (values < minimum) | (values > MAX_TOKENS))
-    if len(bad):
-        i = int(bad[0])
-        raise ConfigError(
-            "bad token count", source=str(source), where=where(unit, int(frame["row"].iat[i]), label or column),
-            expected=f"a whole number >= {minimum}" if values[i] <= MAX_TOKENS else f"at most {MAX_TOKENS}",
-            found=_plain(values[i]),
-        )
-    return values.astype(np.int64)
+    return whole_numbers(
+        frame, column, source=source, unit=unit, low=minimum, high=MAX_TOKENS, problem="bad token count",
+        label=label,
+        expected=lambda value: f"a whole number >= {minimum}" if value <= MAX_TOKENS else f"at most {MAX_TOKENS}",
+    )
 
 
 def whole_numbers(
     frame: pd.DataFrame, column: str, *, source: Path, unit: str, low: int, high: int, problem: str,
-    label: str | None = None,
+    label: str | None = None, expected: Callable[[float], str] | None = None,
 ) -> np.ndarray:
     """A column of whole numbers in [low, high] as int64; the first other cell (empty, text, a
-    fraction, out of range) is an error naming its row. Unlike `token_counts`, `low` may be
-    negative (priorities)."""
+    fraction, out of range) is an error naming its row, and what was expected (`expected` of
+    the bad value, where given)."""
     values = numbers(frame, column, source=source, unit=unit, label=label)
     bad = np.flatnonzero((values != np.floor(values)) | (values < low) | (values > high))
     if len(bad):
         i = int(bad[0])
         raise ConfigError(
             problem, source=str(source), where=where(unit, int(frame["row"].iat[i]), label or column),
-            expected=f"a whole number from {low} to {high}", found=_plain(values[i]),
+            expected=expected(values[i]) if expected is not None else f"a whole number from {low} to {high}",
+            found=_plain(values[i]),
         )
     return values.astype(np.int64)
 
