@@ -36,6 +36,7 @@ from backends.profiled import nnls, step_kind
 from backends.roofline import RooflineCostModel, tunable_names
 from simcore.errors import ConfigError
 from simcore.paths import path_beside
+from simcore.validate import load_yaml_text
 
 CALIBRATION_KIND = "roofline-calibration"
 # Parameters `servesim calibrate` can fit; the first two scale the roofline, the rest are linear.
@@ -268,7 +269,7 @@ def load_calibration(path: str | Path, *, hardware: str | None = None, source: s
     except OSError as exc:
         raise ConfigError(f"cannot read {named} ({exc.strerror})", source=source, where=where) from None
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml_text(text)  # within the limits of an experiment file (no alias bombs)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""

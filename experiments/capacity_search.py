@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,15 +20,22 @@ from pathlib import Path
 from typing import Any
 
 from experiments.config import parse_experiment, policy_labels, set_dotted
-from experiments.io import write_json
+from experiments.io import path_under, scratch_dir, write_json
 from experiments.sweep import SweepPoint, expand
 from experiments.sweep_exec import Executor, PointTask, make_executor
 from experiments.sweep_store import SweepStore
-from simcore.errors import ConfigError
+from simcore.errors import ConfigError, ServesimError
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p50", "p90", "p95", "p99")
 RATE_PATH = "workload.arrivals.rate"
+# Probe rates are rounded to this many decimals (so that probe ids and tables stay readable).
+RATE_DECIMALS = 6
+# Rounds after which a search stops in any case (a safety net: with --tol at least 4 float
+# spacings at --high, see check_tol, a search takes at most 52 rounds; 11 with the defaults).
+MAX_ROUNDS = 64
+# The search's result, written last: a capacity folder is complete once it has one.
+RESULT_FILE = "capacity.json"
 
 
 def parse_slo(text: str) -> dict[str, float]:
@@ -50,8 +58,9 @@ def parse_slo(text: str) -> dict[str, float]:
         except ValueError:
             raise ConfigError("an SLO limit must be a number of milliseconds", where=f"--slo {name}",
                               found=raw) from None
-        if limit <= 0:
-            raise ConfigError("an SLO limit must be positive", where=f"--slo {name}", found=raw)
+        if not 0 < limit < math.inf:  # float() reads 'nan' and 'inf' too; NaN fails every comparison
+            raise ConfigError("an SLO limit must be a finite, positive number of milliseconds", where=f"--slo {name}",
+                              found=raw)
         out[f"{stat}_{metric}_ms"] = limit
     if not out:
         raise ConfigError("give at least one SLO, e.g. --slo ttft_p90_ms=500,tpot_p90_ms=50", where="--slo")
@@ -150,15 +159,34 @@ def search(
     on_round: Callable[[int, int], None] | None = None,
 ) -> list[Series]:
     """Bisect every series in lockstep; each round runs all series' probes together."""
-    if not 0 < low < high:
-        raise ConfigError("need 0 < --low < --high", where="--low/--high", found=f"{low}, {high}")
-    if tol <= 0:
-        raise ConfigError("--tol must be positive", where="--tol", found=tol)
+    if not 0 < low < high < math.inf:
+        raise ConfigError("need 0 < --low < --high, both finite", where="--low/--high", found=f"{low}, {high}")
+    if not 0 < tol < math.inf:
+        raise ConfigError("--tol must be a finite number > 0", where="--tol", found=tol)
+    check_tol(low, high, tol)
     store = SweepStore(out)
-    with make_executor(executor, jobs=jobs, address=address) as pool:
+    # An earlier search's result goes before any probe is stored: a search killed part-way then
+    # leaves no capacity.json (which is written last) describing other probes than the folder's.
+    path_under(out, RESULT_FILE).unlink(missing_ok=True)
+    with make_executor(executor, jobs=jobs, address=address, scratch=scratch_dir(out)) as pool:
         _bisect(series, slo, store, pool, low=low, high=high, tol=tol, source=source, param=param,
                 on_round=on_round)
     return series
+
+
+def check_tol(low: float, high: float, tol: float) -> int:
+    """The rounds a search of [low, high] down to `tol` takes (both ends, then one halving a
+    round); a `tol` finer than the rates the search can tell apart is an error: the bracket
+    could never get that narrow. Rates are rounded to RATE_DECIMALS, and near `high` floats are
+    math.ulp(high) apart; with tol >= 4 ulps, (high - low) / tol < 2**51, so at most 52 rounds."""
+    finest = max(10.0**-RATE_DECIMALS, 4 * math.ulp(high))
+    if tol < finest:
+        why = (f"floats near --high {high:g} are {math.ulp(high):g} apart" if finest > 10.0**-RATE_DECIMALS
+               else f"probe rates are rounded to {RATE_DECIMALS} decimals")
+        raise ConfigError("finer than the rates the search can tell apart", where="--tol",
+                          expected=f"at least {finest:g} ({why})", found=tol)
+    span = high - low
+    return 1 + (math.ceil(math.log2(span / tol)) if span > tol else 0)
 
 
 def _bisect(series: list[Series], slo: dict[str, float], store: SweepStore, pool: Executor, *, low: float,
@@ -176,12 +204,17 @@ def _bisect(series: list[Series], slo: dict[str, float], store: SweepStore, pool
                 continue
             _update(s, low, high)
             if s.status == "searching":
-                if s.high - s.low <= tol:
+                middle = round(s.low + (s.high - s.low) / 2, RATE_DECIMALS)  # no overflow near the float limit
+                # No rate strictly inside the bracket (rounding, float spacing): it is as narrow as it gets.
+                if s.high - s.low <= tol or not s.low < middle < s.high:
                     s.status = "ok"
                 else:
-                    wanted[s.index] = [round((s.low + s.high) / 2, 6)]
+                    wanted[s.index] = [middle]
         if on_round is not None:
             on_round(round_no, len(wanted))
+        if wanted and round_no >= MAX_ROUNDS + 1:  # never reached: every round narrows each open bracket
+            raise ServesimError(f"the capacity search did not converge in {round_no} rounds; its probes are "
+                                "stored, so a re-run with a larger --tol resumes from them")
 
 
 def _update(s: Series, low: float, high: float) -> None:
@@ -231,13 +264,15 @@ def _probe_point(s: Series, rate: float, *, source: str | None, param: str) -> S
 
 
 def meets(summary: dict[str, Any], slo: dict[str, float]) -> bool:
-    """Every request finished and every SLO metric is defined and within its limit."""
-    if summary.get("completed") != summary.get("num_requests"):
+    """Every request that could run finished, and every SLO metric is defined and within its
+    limit. Requests rejected as they arrived (longer than max_model_len or the whole cache) are
+    rejected at any rate: they are the workload's, not a sign of overload."""
+    if summary.get("completed", 0) + summary.get("num_rejected_on_arrival", 0) != summary.get("num_requests"):
         return False
     return all(summary.get(k) is not None and summary[k] <= limit for k, limit in slo.items())
 
 
 def write_result(result: CapacityResult, out: Path) -> Path:
-    path = Path(out) / "capacity.json"
+    path = path_under(out, RESULT_FILE)
     write_json(path, result.as_json())
     return path

@@ -7,8 +7,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from experiments.io import name_error
 from simcore.decode_blocks import MAX_BLOCK_SIZE
-from simcore.model import DTYPE_BYTES
+from simcore.errors import ConfigError
+from simcore.hf_config import context_length
+from simcore.model import DTYPE_BYTES, ModelSpec
 from simcore.validate import apply_override, config_error_from_pydantic, load_yaml_mapping, set_path
 from workloads.spec import WorkloadSpec
 
@@ -22,12 +25,14 @@ class KVCacheConfig(Strict):
     block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE)
     # Stored KV scalar type: bytes per scalar s in eq. 21.2.
     dtype: str = "bf16"
-    # Device blocks; when unset, derived from GPU memory x utilization minus weights.
+    # Device blocks; when unset, derived from GPU memory x utilization minus weights. At most
+    # 67,108,864 (2**26), derived or not: a run keeps state for every block (about 85 bytes each).
     num_blocks: int | None = Field(None, ge=1)
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     # Keep freed full blocks as evictable prefix-cache entries and reuse them across requests.
     prefix_caching: bool = False
-    # Host-memory tier for swapped-out KV (GiB); 0 disables swapping.
+    # Host-memory tier for swapped-out KV (GiB); 0 disables swapping. At most 67,108,864 (2**26)
+    # blocks' worth (about 40 bytes of state each).
     host_memory_gib: float = Field(0.0, ge=0)
 
     @field_validator("dtype")
@@ -38,12 +43,30 @@ class KVCacheConfig(Strict):
         return value
 
 
+# Labels and experiment names become folder names, so both follow experiments.io.NAME_RULE.
+FILE_NAME_RULE_DOC = ("1-100 characters from ASCII letters, digits and `.` `_` `-` `+` `=`, "
+                      "not starting with `.` or `-`")
+
+
+def _file_name(value: str | None) -> str | None:
+    message = None if value is None else name_error(value)
+    if message is not None:
+        raise ValueError(message)
+    return value
+
+
 class _PolicyCommon(Strict):
-    # Name shown in tables and plots; defaults to the policy name (numbered if repeated).
-    label: str | None = None
+    label: str | None = Field(None, description=(
+        "Name shown in tables and plots, and the policy's results folder (DIR/<label>/); defaults to the "
+        f"policy name (numbered if repeated). {FILE_NAME_RULE_DOC}; unique among the policies, ignoring case."))
+    # Longest prompt + output accepted; longer requests are rejected with a reason. Unset means
+    # the model's context length (max_position_embeddings, stretched by rope_scaling as vLLM
+    # does); a larger value is an error.
     max_model_len: int | None = Field(None, ge=1)
     # Per-policy switch for the prefix cache; unset means kv_cache.prefix_caching.
     prefix_caching: bool | None = None
+
+    _label_is_a_file_name = field_validator("label")(_file_name)
 
 
 class _BatchingCommon(_PolicyCommon):
@@ -53,7 +76,7 @@ class _BatchingCommon(_PolicyCommon):
 
     max_num_seqs: int = Field(256, ge=1)
     max_num_batched_tokens: int = Field(8192, ge=1)
-    admission: Literal["optimistic", "reserve", "watermark"] = "optimistic"
+    admission: Literal["optimistic", "prompt", "reserve", "watermark"] = "optimistic"
     watermark: float = Field(0.01, ge=0, lt=1)
     preemption: Literal["recompute", "swap"] = "recompute"
     # The order admission takes waiting requests in (policies.queues): arrival order, request
@@ -147,7 +170,9 @@ class OutputConfig(Strict):
 
 
 class Experiment(Strict):
-    name: str = "experiment"
+    name: str = Field("experiment", description=(
+        "Shown in titles; names the default results folder (results/<name>, results/<name>-sweep). "
+        f"{FILE_NAME_RULE_DOC}."))
     description: str = ""
     seed: int = Field(0, ge=0)
     # Model preset name, or a path to a Hugging Face config.json (relative to this file).
@@ -175,11 +200,14 @@ class Experiment(Strict):
             raise ValueError(f"unknown weight dtype {value!r}; expected one of {sorted(DTYPE_BYTES)}")
         return value
 
+    _name_is_a_file_name = field_validator("name")(_file_name)
+
     @model_validator(mode="after")
     def _unique_labels(self) -> Experiment:
         labels = policy_labels(self.policies)
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"policy labels must be unique, got {labels}")
+        # Ignoring case: each label is a folder, and `A` and `a` are one folder on macOS and Windows.
+        if len({label.lower() for label in labels}) != len(labels):
+            raise ValueError(f"policy labels must be unique (ignoring case), got {labels}")
         return self
 
     @model_validator(mode="after")
@@ -208,6 +236,28 @@ def policy_labels(policies: list) -> list[str]:
             label = f"{label}-{n}"
         labels.append(label)
     return labels
+
+
+def resolve_max_model_len(requested: int | None, model: ModelSpec, *, where: str, source: str | None) -> int:
+    """The max_model_len a policy runs with: `requested`, or the model's context length when unset.
+
+    A value past the model's context is an error, as in vLLM (which allows it only with
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1): positions past it are ones the model was never trained on.
+    """
+    limit = context_length(model)
+    if requested is None:
+        return limit
+    if requested > limit:
+        origin = f"max_position_embeddings {model.max_position_embeddings}"
+        if limit != model.max_position_embeddings:
+            origin += " stretched by its rope_scaling"
+        raise ConfigError(
+            f"longer than the context of model {model.name!r} ({limit} tokens: {origin}); leave it unset for "
+            "the model's context, or use a config.json with a larger max_position_embeddings to simulate a "
+            "longer one",
+            source=source, where=where, expected=f"at most {limit}", found=requested,
+        )
+    return requested
 
 
 def load_yaml(path: Path) -> dict[str, Any]:

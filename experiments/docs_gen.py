@@ -35,6 +35,9 @@ names the key and the file. Keys marked **required** have no default. `--set key
 overrides any key from the command line (list items by index: `policies.0.chunk_size=256`).
 A choice between mappings is made by a tag key (`name:` for policies, `kind:` for distributions
 and arrival processes, `format:` for traces): the linked section lists that choice's other keys.
+A file may have at most 4,194,304 characters (4 MiB), also counted with every alias (`*name`)
+written out as its anchor's value, lists and mappings nested at most 100 deep, and whole numbers
+of at most 4,300 digits; past these it is refused before its values are read.
 """
 TAG_FIELDS = ("name", "kind", "format")
 
@@ -65,11 +68,11 @@ FALLBACK: dict[str, str] = {
     "_PolicyCommon.max_num_seqs": "Most requests running at once (vLLM max_num_seqs).",
     "_PolicyCommon.max_num_batched_tokens": "Most positions processed in one step, prefill and decode together.",
     "_PolicyCommon.admission": "How admission accounts for KV growth: optimistic (allocate as you go, preempt when out), "
+                               "prompt (the whole prompt's blocks at admission, as vLLM v0), "
                                "reserve (prompt + outputs up front), watermark (keep a fraction of blocks free).",
     "_PolicyCommon.watermark": "Fraction of device blocks admission leaves free (admission: watermark).",
     "_PolicyCommon.preemption": "A victim's KV under memory pressure: dropped and recomputed, or swapped to the "
                                 "host tier (needs kv_cache.host_memory_gib > 0).",
-    "_PolicyCommon.max_model_len": "Longest prompt + output accepted; longer requests are rejected with a reason.",
     "StaticPolicyConfig.max_batch_size": "Requests per static group.",
     "StaticPolicyConfig.padded": "Reserve every member's KV at the group's longest length (rectangular padding).",
     "ContinuousPolicyConfig.mixed": "Admitted prompts share a step with running decodes (vLLM v1) instead of "
@@ -101,9 +104,9 @@ def generate(root: type[BaseModel] = Experiment) -> str:
 
 
 def write(out_dir: Path) -> Path:
-    from experiments.io import atomic_write_text
+    from experiments.io import atomic_write_text, path_under
 
-    path = Path(out_dir) / "yaml-reference.md"
+    path = path_under(out_dir, "yaml-reference.md")
     atomic_write_text(path, generate())
     return path
 

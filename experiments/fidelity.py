@@ -37,6 +37,7 @@ from backends.base import CostContext, step_extras
 from backends.profiled import SHAPE_COLUMNS, plan_shape, read_profile, step_kind
 from backends.registry import build_cost_model
 from experiments.config import CostModelConfig, Experiment, OutputConfig
+from experiments.io import path_under
 from experiments.runner import ExperimentRun, resolve_kv, run_experiment
 from simcore.clock import duration_ticks, to_seconds
 from simcore.errors import ConfigError, ServesimError
@@ -240,7 +241,7 @@ def run_validation(exp: Experiment, setup: ValidationSetup, *, source: Path | No
     real_exp = _with_cost_model(exp, "torch", torch_params)
     try:
         with _torch_threads(threads):
-            measured = run_experiment(real_exp, source=source, out_dir=out_dir / "measured", echo=echo,
+            measured = run_experiment(real_exp, source=source, out_dir=path_under(out_dir, "measured"), echo=echo,
                                       wrap_cost_model=recorders)
         plans = {r.label: (rec.plans, rec.measured, rec.gpu_time)
                  for r, rec in zip(measured.runs, recorders.recorders, strict=True)}
@@ -250,11 +251,11 @@ def run_validation(exp: Experiment, setup: ValidationSetup, *, source: Path | No
     for name, params in setup.against.items():
         say(f"  simulating with {name}")
         predicted[name] = run_experiment(_with_cost_model(exp, name, params), source=source,
-                                         out_dir=out_dir / f"predicted-{name}", echo=echo)
+                                         out_dir=path_under(out_dir, f"predicted-{name}"), echo=echo)
     profile_shapes = _profile_shapes(setup.profile_path) if "profiled" in cheap else set()
     step_frames, request_frames = [], []
     for run in measured.runs:
-        step_log = _step_log(run, out_dir / "measured" / run.label)
+        step_log = _step_log(run, path_under(out_dir, "measured", run.label))
         recorded, seconds, gpu = plans[run.label]
         _check_pairing(run.label, recorded, seconds, step_log)
         for name, model in cheap.items():
@@ -266,13 +267,13 @@ def run_validation(exp: Experiment, setup: ValidationSetup, *, source: Path | No
     requests = pd.concat(request_frames, ignore_index=True) if request_frames else pd.DataFrame()
     report = build_report(exp, setup, measured, predicted, steps, requests)
     files = {"step_pairs": "step_pairs.parquet", "request_pairs": "request_pairs.parquet", "report": "fidelity.json"}
-    steps.to_parquet(out_dir / files["step_pairs"], index=False)
-    requests.to_parquet(out_dir / files["request_pairs"], index=False)
+    steps.to_parquet(path_under(out_dir, files["step_pairs"]), index=False)
+    requests.to_parquet(path_under(out_dir, files["request_pairs"]), index=False)
     from experiments.fidelity_plots import plot_fidelity
 
-    files.update(plot_fidelity(out_dir / "plots", steps, measured, predicted))
+    files.update(plot_fidelity(path_under(out_dir, "plots"), steps, measured, predicted))
     report["files"] = files
-    (out_dir / files["report"]).write_text(json.dumps(_json_safe(report), indent=2))
+    path_under(out_dir, files["report"]).write_text(json.dumps(_json_safe(report), indent=2))
     return ValidationResult(report, steps, requests, measured, predicted, files)
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.io import path_under
+
 MARKERS = {"profiled": ("tab:blue", "o"), "roofline": ("tab:orange", "s")}
 
 
@@ -47,7 +49,7 @@ def plot_fidelity(folder: Path, steps: pd.DataFrame, measured, predicted: dict) 
         ax.legend(fontsize=7, loc="upper left")
         fig.tight_layout()
         name = f"step_scatter_{_safe(label)}.png"
-        fig.savefig(folder / name, dpi=110)
+        fig.savefig(path_under(folder, name), dpi=110)
         plt.close(fig)
         files[f"step_scatter:{label}"] = f"plots/{name}"
 
@@ -65,7 +67,7 @@ def plot_fidelity(folder: Path, steps: pd.DataFrame, measured, predicted: dict) 
             ax.legend(fontsize=8)
         fig.tight_layout()
         name = f"latency_cdf_{_safe(label)}.png"
-        fig.savefig(folder / name, dpi=110)
+        fig.savefig(path_under(folder, name), dpi=110)
         plt.close(fig)
         files[f"latency_cdf:{label}"] = f"plots/{name}"
     return files

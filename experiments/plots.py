@@ -7,6 +7,7 @@ a sweep run with a different --jobs) gives identical files.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.io import atomic_write_bytes  # noqa: E402
+from experiments.io import NAME_MAX_LENGTH, atomic_write_bytes, path_under  # noqa: E402
 
 # A fixed salt makes SVG ids (clip paths, glyph defs) the same on every save.
 matplotlib.rcParams["svg.hashsalt"] = "servesim"
@@ -38,7 +39,7 @@ def save_figure(fig: plt.Figure, out_dir: Path, stem: str, *, tight: bool = Fals
         # No creation date in the SVG (PNG's metadata holds none by default), so files are reproducible.
         fig.savefig(buffer, format=fmt, dpi=110, metadata={"Date": None} if fmt == "svg" else None,
                     bbox_inches="tight" if tight else None)
-        path = Path(out_dir) / f"{stem}.{fmt}"
+        path = path_under(out_dir, f"{safe_stem(stem)}.{fmt}")
         atomic_write_bytes(path, buffer.getvalue())
         paths.append(path)
     plt.close(fig)
@@ -46,8 +47,14 @@ def save_figure(fig: plt.Figure, out_dir: Path, stem: str, *, tight: bool = Fals
 
 
 def safe_stem(text: str) -> str:
-    """A file-name-safe version of a label like 'max_num_seqs=16, chunk_size=256'."""
-    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_") or "plot"
+    """A file-name-safe version of a label like 'max_num_seqs=16, chunk_size=256': no path
+    separators, no leading dot, and at most NAME_MAX_LENGTH characters (a long one keeps its
+    start and gains a hash of the whole, so distinct labels stay distinct files)."""
+    stem = re.sub(r"[^A-Za-z0-9._=-]+", "_", text).strip("_.") or "plot"
+    if len(stem) > NAME_MAX_LENGTH:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+        stem = f"{stem[:NAME_MAX_LENGTH - 11]}-{digest}"
+    return stem
 
 
 def series_colors(names: list[str]) -> dict[str, Any]:

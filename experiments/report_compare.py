@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.io import write_json
+from experiments.io import path_under, write_json
 from experiments.plots import describe_setup, plt, save_figure, series_colors
 from experiments.report import clean_row
 from experiments.report_load import load_results, read_policy_table, read_resolved, read_run_info
@@ -37,7 +37,7 @@ def compare(real_path: Path, sim_path: Path, *, policies: list[str] | None = Non
              f"rate {real.get('request_rate')}) vs simulated: {sim_path}", format_table(table_rows, columns)]
     for name, sim in sims.items():
         lines += [f"note: {name}: {n}" for n in workload_notes(real, sim)]
-    write_json(out / "compare.json", {"real": str(real_path), "sim": str(sim_path),
+    write_json(path_under(out, "compare.json"), {"real": str(real_path), "sim": str(sim_path),
                                       "rows": {name: compare_rows(real, sim) for name, sim in sims.items()}})
     if plot:
         plot_compare(real, sims, f"{title}\nvs real: {Path(real_path).name} ({real.get('model_id')})", out)

@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
-from experiments.io import read_table
+from experiments.io import LOCK_FILE, read_table
 from simcore.errors import ConfigError
+from simcore.validate import MAX_YAML_CHARS, load_yaml_text
+
+# What a started `servesim run` or `capacity` leaves in a folder before its last file.
+INCOMPLETE_SIGNS = ("resolved.yaml", "run_info.json", "points", LOCK_FILE)
 
 
 @dataclass
@@ -67,8 +70,20 @@ def load_results(path: str | Path) -> Results:
         return Results("run", root, frame, name=str(resolved.get("name", root.name)))
     if not root.exists():
         raise ConfigError("results folder not found", source=str(root))
+    if any((root / name).exists() for name in INCOMPLETE_SIGNS) or _has_policy_folder(root):
+        # summary.json, sweep.json and capacity.json are each written after the files they describe.
+        raise ConfigError("incomplete results: a run into this folder has not finished (or was killed); "
+                          "run it again to complete the folder", source=str(root))
     raise ConfigError("not a results folder: expected summary.json (servesim run) or sweep.json (servesim sweep)",
                       source=str(root))
+
+
+def _has_policy_folder(root: Path) -> bool:
+    """A policy's folder (DIR/<label>/summary.json), as a run writes before its own summary.json."""
+    try:
+        return any((p / "summary.json").is_file() for p in root.iterdir() if p.is_dir())
+    except OSError:
+        return False
 
 
 def _load_sweep(root: Path) -> Results:
@@ -83,7 +98,8 @@ def _load_sweep(root: Path) -> Results:
 
 def read_resolved(run_folder: Path) -> dict[str, Any]:
     path = run_folder / "resolved.yaml"
-    return yaml.safe_load(path.read_text()) if path.is_file() else {}
+    # Written by servesim from an input of at most MAX_YAML_CHARS, but one list item a line.
+    return load_yaml_text(path.read_text(), max_chars=16 * MAX_YAML_CHARS) if path.is_file() else {}
 
 
 def read_run_info(run_folder: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments.io import path_under
 from experiments.plots import describe_setup, plot_percentile_bars, safe_stem
 from experiments.report import clean_row
 from experiments.report_load import (
@@ -57,7 +58,8 @@ def plot_sweep(results: Results, out: Path, *, combos: bool) -> list[Path]:
         for values, rows in _combos(results):
             label = ", ".join(f"{short_key(k, results.keys)}={v}" for k, v in zip(results.keys, values, strict=True))
             # The percentile bars would repeat the sweep plots above, one slice at a time.
-            paths += plot_comparison(results, rows, f"{title}\n{label}", out / "combos" / safe_stem(label), bars=False)
+            paths += plot_comparison(results, rows, f"{title}\n{label}", path_under(out, "combos", safe_stem(label)),
+                                     bars=False)
     return paths
 
 

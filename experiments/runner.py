@@ -14,8 +14,8 @@ import yaml
 
 from backends.base import CostContext
 from backends.registry import build_cost_model
-from experiments.config import Experiment, policy_labels
-from experiments.io import atomic_write_text, write_json, write_table
+from experiments.config import Experiment, policy_labels, resolve_max_model_len
+from experiments.io import atomic_write_text, path_under, write_json, write_table
 from experiments.request_sink import RequestSink
 from policies.accelerate import accelerator_for
 from policies.registry import make_policy
@@ -23,6 +23,7 @@ from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
 from simcore.engine import RunLimits, RunResult, simulate
 from simcore.errors import ConfigError
+from simcore.hf_config import context_length
 from simcore.metrics import summarize_frame
 from simcore.model import DTYPE_BYTES, GIB
 from simcore.prefix import PrefixHasher
@@ -32,6 +33,9 @@ from workloads.spec import build_workload
 
 # Most KV blocks a tier may have: block state is kept per block, so this bounds memory.
 MAX_BLOCKS = 2**26
+# A run folder's summary of every policy, written after every other file of the run: its
+# presence is what marks the folder complete (experiments.report_load reads folders by it).
+RUN_COMPLETE = "summary.json"
 
 
 @dataclass
@@ -122,14 +126,24 @@ def run_experiment(
         num_blocks=kv["num_blocks"], num_host_blocks=kv["num_host_blocks"], tensor_parallel=exp.tensor_parallel,
         seed=exp.seed, source=Path(source) if source is not None else None,
     )
+    # Checked for every policy before any runs, so a bad value fails fast.
+    max_model_lens = [
+        resolve_max_model_len(p.max_model_len, kv["model"], where=f"policies[{i}].max_model_len", source=source_str)
+        for i, p in enumerate(exp.policies)
+    ]
     limits = RunLimits(exp.limits.max_sim_time_s, exp.limits.max_wall_time_s, exp.limits.check_invariants)
     if fast_forward is None:
         fast_forward = exp.limits.fast_forward
+    if out_dir is not None:
+        # An earlier run's summary goes before this run writes anything: until its own is written,
+        # last, the folder reads as incomplete rather than as old results over half-new files.
+        path_under(out_dir, RUN_COMPLETE).unlink(missing_ok=True)
     for index, (label, policy_cfg) in enumerate(zip(labels, exp.policies)):
         cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
         if wrap_cost_model is not None:
             cost_model = wrap_cost_model(cost_model)
         options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
+        options["max_model_len"] = max_model_lens[index]
         caching = caching_by_policy[index]
         emit_block_tables = getattr(cost_model, "needs_block_tables", False)
         inert_cache = caching and cache_cannot_hit and not emit_block_tables
@@ -144,9 +158,10 @@ def run_experiment(
         started = time.perf_counter()
         sink = RequestSink()
         spill = None
-        if out_dir is not None and exp.output.format == "parquet":
-            (out_dir / label).mkdir(parents=True, exist_ok=True)
-            spill = out_dir / label / ".steps.parquet.partial"
+        policy_dir = path_under(out_dir, label) if out_dir is not None else None
+        if policy_dir is not None and exp.output.format == "parquet":
+            policy_dir.mkdir(parents=True, exist_ok=True)
+            spill = policy_dir / ".steps.parquet.partial"
         accelerator = accelerator_for(policy) if fast_forward else None
         result = simulate(template, policy, cost_model, limits=limits, accelerator=accelerator,
                           on_finished=sink.add, steps_spill=spill)
@@ -162,8 +177,8 @@ def run_experiment(
             echo(f"  {label}: {summary['completed']} finished, {len(result.steps)} steps, "
                  f"{result.sim_time_s:.1f} s simulated in {result.wall_time_s:.2f} s "
                  f"({time.perf_counter() - started:.2f} s with metrics)")
-        if out_dir is not None:
-            write_policy_results(out_dir / label, frame, result, summary, exp.output.format)
+        if policy_dir is not None:
+            write_policy_results(policy_dir, frame, result, summary, exp.output.format)
     if out_dir is not None:
         write_experiment_files(out_dir, run)
     return run
@@ -205,25 +220,32 @@ def _mean_ms(values: pd.Series) -> float | None:
 
 
 def write_policy_results(folder: Path, requests: pd.DataFrame, result: RunResult, summary: dict, fmt: str) -> None:
-    write_table(requests, folder / "requests", fmt)
+    # The other format's tables of an earlier run into this folder go: readers take Parquet over
+    # CSV, so an old steps.parquet would shadow a new steps.csv.
+    other = ".csv" if fmt == "parquet" else ".parquet"
+    for name in ("requests", "steps"):
+        path_under(folder, name + other).unlink(missing_ok=True)
+    write_table(requests, path_under(folder, "requests"), fmt)
     if result.steps.spilled:
         # Streamed during the run; complete now, so it takes its final name in one rename.
-        result.steps.move_spill(folder / "steps.parquet")
+        result.steps.move_spill(path_under(folder, "steps.parquet"))
     else:
-        write_table(pd.DataFrame(result.steps.as_dict()), folder / "steps", fmt)
-    write_json(folder / "summary.json", summary)
+        write_table(pd.DataFrame(result.steps.as_dict()), path_under(folder, "steps"), fmt)
+    write_json(path_under(folder, "summary.json"), summary)
 
 
 def write_experiment_files(out_dir: Path, run: ExperimentRun) -> None:
+    """The run's own files, summary.json last: a results folder is complete once it has one
+    (run_experiment removes an earlier run's before it writes anything)."""
     exp = run.experiment
     resolved = exp.model_dump(mode="json")
-    atomic_write_text(out_dir / "resolved.yaml", yaml.safe_dump(resolved, sort_keys=False))
-    write_json(out_dir / "run_info.json", run.info)
-    write_json(out_dir / "summary.json", [r.summary for r in run.runs])
+    atomic_write_text(path_under(out_dir, "resolved.yaml"), yaml.safe_dump(resolved, sort_keys=False))
+    write_json(path_under(out_dir, "run_info.json"), run.info)
     if exp.output.plots:
         from experiments.plots import plot_latency_percentiles
 
         plot_latency_percentiles(run, out_dir)
+    write_json(path_under(out_dir, RUN_COMPLETE), [r.summary for r in run.runs])
 
 
 def _run_info(exp: Experiment, kv: dict, num_requests: int) -> dict:
@@ -235,6 +257,8 @@ def _run_info(exp: Experiment, kv: dict, num_requests: int) -> dict:
         "seed": exp.seed,
         "num_requests": num_requests,
         "model": dataclasses.asdict(model),
+        # The max_model_len a policy without one runs with.
+        "model_context_length": context_length(model),
         "hardware": dataclasses.asdict(hardware),
         "kv_block_bytes": kv["block_bytes"],
         "kv_num_blocks": kv["num_blocks"],

@@ -12,6 +12,10 @@
 Points are ordered variants-outer, then the sweep in `product` order (first key outermost). A
 point's id is its index plus a hash of its fully resolved configuration, so a resumed sweep
 recognises finished points, and a point whose configuration changed is run again.
+
+A sweep may have at most MAX_SWEEP_POINTS points (variants x combinations), and copy at most
+MAX_SWEEP_VALUES values in all (points x the values of the experiment): both are checked before
+any point is built, so a grid of 10**20 combinations is an error, not a hang.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,13 +34,20 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from experiments.config import PolicyConfig, load_raw, parse_experiment, set_dotted
-from simcore.errors import ConfigError
+from simcore.errors import ConfigError, cut, short_repr
 
 if TYPE_CHECKING:
     from experiments.config import Experiment
 
 SWEEP_MODES = ("product", "zip")
 POLICY_PREFIX = "policy."
+# Most points a sweep may have: each is a whole simulation and a folder of results, and all are
+# built and validated before the first runs (about 0.3 ms each for a small experiment).
+MAX_SWEEP_POINTS = 10_000
+# Most values (numbers, strings, list items, keys) all points together may copy: each point holds
+# its own copy of the experiment. About 1 us and 25 bytes each: 20M take some 20 s and 0.5 GB,
+# so a large `empirical` list is swept over tens of points, not thousands.
+MAX_SWEEP_VALUES = 20_000_000
 
 
 def _policy_models() -> dict[str, type[BaseModel]]:
@@ -60,8 +72,8 @@ class SweepPoint:
 
     @property
     def title(self) -> str:
-        """A short human name: 'variant | key=value, key=value'."""
-        parts = ", ".join(f"{k}={v}" for k, v in self.values.items())
+        """A short human name: 'variant | key=value, key=value' (long values cut short)."""
+        parts = ", ".join(f"{k}={_value_text(v)}" for k, v in self.values.items())
         if self.variant is None:
             return parts or "base"
         return f"{self.variant} | {parts}" if parts else self.variant
@@ -102,8 +114,9 @@ def expand(data: dict[str, Any], *, source: str | None) -> SweepPlan:
     if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
         raise ConfigError("variants must map a name to {dotted.path: value}", source=source, where="variants")
     keys = list(axes)
-    combos = _combinations(axes, mode)
     variant_items: list[tuple[str | None, dict[str, Any]]] = list(variants.items()) or [(None, {})]
+    _check_size(base, axes, mode, len(variant_items), source)
+    combos = _combinations(axes, mode)
     points: list[SweepPoint] = []
     for variant, variant_overrides in variant_items:
         variant_base = _with_variant(base, variant, variant_overrides, source)
@@ -123,6 +136,43 @@ def point_id(index: int, exp: Experiment) -> str:
     return f"{index:04d}-{hashlib.sha256(canonical.encode()).hexdigest()[:10]}"
 
 
+def _check_size(base: dict, axes: dict[str, list[Any]], mode: str, num_variants: int, source: str | None) -> None:
+    """Refuse a sweep past MAX_SWEEP_POINTS points or MAX_SWEEP_VALUES copied values, before any is built."""
+    lengths = [len(values) for values in axes.values()]
+    num_combos = (lengths[0] if mode == "zip" else math.prod(lengths)) if lengths else 1
+    num_points = num_combos * num_variants
+    if num_points > MAX_SWEEP_POINTS:
+        shape = " x ".join(str(n) for n in ([num_variants] if num_variants > 1 else []) + lengths[:8])
+        if len(lengths) > 8:
+            shape += " x ..."
+        raise ConfigError(f"this sweep has too many points ({shape} = {num_points:,})", source=source,
+                          where="sweep" if num_combos > 1 else "variants",
+                          expected=f"at most {MAX_SWEEP_POINTS:,} points (variants x combinations of the swept values)")
+    budget = MAX_SWEEP_VALUES // num_points
+    size = count_values(base, stop=budget)
+    if size > budget:
+        raise ConfigError(f"this sweep would copy too much: its {num_points:,} points each hold a copy of the "
+                          f"experiment, which has more than {budget:,} values", source=source, where="sweep",
+                          expected=f"at most {MAX_SWEEP_VALUES:,} values in all points together (fewer points, or "
+                                   "a smaller experiment, e.g. a shorter `empirical` list)")
+
+
+def count_values(data: Any, *, stop: int) -> int:
+    """Values in `data` (each scalar, list item and mapping key and value counts), counting
+    no further than just past `stop`: the work is bounded whatever the data's size."""
+    count = 0
+    stack = [data]
+    while stack and count <= stop:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+    return count
+
+
 def _parse_sweep(sweep: Any, source: str | None) -> tuple[str, dict[str, list[Any]]]:
     if not isinstance(sweep, dict):
         raise ConfigError("sweep must map dotted paths to lists of values", source=source, where="sweep",
@@ -135,7 +185,7 @@ def _parse_sweep(sweep: Any, source: str | None) -> tuple[str, dict[str, list[An
     for key, values in axes.items():
         if not isinstance(values, list) or not values:
             raise ConfigError("a swept key needs a non-empty list of values", source=source,
-                              where=f"sweep: {key}", found=values)
+                              where=f"sweep: {_key_text(key)}", found=values)
     if mode == "zip" and len({len(v) for v in axes.values()}) > 1:
         lengths = ", ".join(f"{k}: {len(v)}" for k, v in axes.items())
         raise ConfigError(f"mode zip pairs values position by position, so every list needs the same length "
@@ -155,13 +205,27 @@ def _with_variant(base: dict, variant: str | None, overrides: dict[str, Any], so
     if variant is None:
         return copy.deepcopy(base)
     return _apply(base, {str(k): v for k, v in overrides.items()}, source,
-                  where_one=lambda key: f"variant {variant!r}: {key}", where_all=f"variant {variant!r}")
+                  where_one=lambda key: f"variant {short_repr(variant)}: {_key_text(key)}",
+                  where_all=f"variant {short_repr(variant)}")
 
 
 def _with_values(variant_base: dict, values: dict[str, Any], variant: str | None, source: str | None) -> dict:
-    combo = ", ".join(f"{k}={v!r}" for k, v in values.items())
-    where_all = f"variant {variant!r}, sweep point {combo}" if variant else f"sweep point {combo}"
-    return _apply(variant_base, values, source, where_one=lambda key: f"sweep key {key!r}", where_all=where_all)
+    combo = ", ".join(f"{_key_text(k)}={short_repr(v)}" for k, v in values.items())
+    where_all = f"variant {short_repr(variant)}, sweep point {combo}" if variant else f"sweep point {combo}"
+    return _apply(variant_base, values, source, where_one=lambda key: f"sweep key {short_repr(key)}",
+                  where_all=where_all)
+
+
+def _value_text(value: Any, limit: int = 100) -> str:
+    """str(value) for a title, cut to `limit` characters; a large list or mapping is not written out."""
+    if isinstance(value, (dict, list, tuple)) and count_values(value, stop=limit) > limit:
+        return short_repr(value, limit)
+    return cut(str(value), limit)
+
+
+def _key_text(key: Any) -> str:
+    """A sweep or variant key as written, cut short for messages."""
+    return cut(key, 100) if isinstance(key, str) else short_repr(key)
 
 
 def _apply(base: dict, overrides: dict[str, Any], source: str | None, *, where_one: Callable[[str], str],
@@ -172,7 +236,7 @@ def _apply(base: dict, overrides: dict[str, Any], source: str | None, *, where_o
         try:
             _set(data, key, value)
         except ConfigError as exc:
-            raise ConfigError(f"value {value!r}: {exc}", source=source, where=where_one(key)) from None
+            raise ConfigError(f"value {short_repr(value)}: {exc}", source=source, where=where_one(key)) from None
     try:
         parse_experiment(copy.deepcopy(data), source=None)
     except ConfigError as exc:
@@ -184,7 +248,8 @@ def _apply(base: dict, overrides: dict[str, Any], source: str | None, *, where_o
             try:
                 parse_experiment(alone, source=None)
             except ConfigError as single:
-                raise ConfigError(f"value {value!r}: {single}", source=source, where=where_one(key)) from None
+                raise ConfigError(f"value {short_repr(value)}: {single}", source=source,
+                                  where=where_one(key)) from None
         raise ConfigError(str(exc), source=source, where=where_all) from None
     return data
 

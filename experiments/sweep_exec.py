@@ -3,7 +3,9 @@
 The worker writes a point's results folder into a private temporary folder and returns the
 files as bytes; only the driver writes into the sweep folder. So a killed driver leaves no
 orphaned worker half-writing a point, a Ray worker needs no shared filesystem, and the bytes do
-not depend on which worker ran the point or in which order.
+not depend on which worker ran the point or in which order. Workers on this machine make their
+temporary folders in the output folder's scratch folder (`scratch`), which the next run into
+that folder clears (experiments.io.locked_folder), so a killed sweep leaves nothing in /tmp.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import tempfile
 import traceback
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,8 @@ class PointTask:
     data: dict[str, Any]
     # The experiment file, for relative paths (traces, model configs) and error messages.
     source: str | None
+    # Where the worker makes its temporary folder; None: the system's temporary folder.
+    scratch: str | None = None
 
 
 def compute_point(task: PointTask) -> PointOutput:
@@ -40,7 +45,9 @@ def compute_point(task: PointTask) -> PointOutput:
 
     try:
         exp = parse_experiment(task.data, source=task.source)
-        with tempfile.TemporaryDirectory(prefix="servesim-point-") as tmp:
+        if task.scratch is not None:
+            Path(task.scratch).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="servesim-point-", dir=task.scratch) as tmp:
             run = run_experiment(exp, source=task.source, out_dir=Path(tmp))
             files = {p.relative_to(tmp).as_posix(): p.read_bytes()
                      for p in sorted(Path(tmp).rglob("*")) if p.is_file()}
@@ -55,6 +62,9 @@ class Executor:
     """Runs point tasks, yielding outputs as they finish. Use as a context manager: worker processes
     (or the Ray connection) are started once and reused across calls, e.g. across bisection rounds."""
 
+    # Scratch folder handed to tasks that name none (see PointTask.scratch); set by make_executor.
+    scratch: str | None = None
+
     def __enter__(self) -> Executor:
         return self
 
@@ -68,12 +78,15 @@ class Executor:
     def close(self, *, abort: bool = False) -> None:
         pass
 
+    def _placed(self, task: PointTask) -> PointTask:
+        return task if task.scratch is not None or self.scratch is None else replace(task, scratch=self.scratch)
+
 
 class InlineExecutor(Executor):
     """In this process, in task order (--jobs 1): simplest to debug, no start-up cost."""
 
     def run(self, tasks: list[PointTask]) -> Iterator[PointOutput]:
-        return (compute_point(t) for t in tasks)
+        return (compute_point(self._placed(t)) for t in tasks)
 
 
 def _ignore_sigint() -> None:
@@ -92,7 +105,7 @@ class ProcessExecutor(Executor):
                                         initializer=_ignore_sigint)
 
     def run(self, tasks: list[PointTask]) -> Iterator[PointOutput]:
-        futures = {self.pool.submit(compute_point, t): t for t in tasks}
+        futures = {self.pool.submit(compute_point, self._placed(t)): t for t in tasks}
         pending = set(futures)
         try:
             while pending:
@@ -140,11 +153,15 @@ class RayExecutor(Executor):
         self.ray = ray
         self.started_here = not ray.is_initialized()
         if self.started_here:
-            ray.init(**_ray_init_args(jobs, address))
+            if address:
+                ray.init(**_ray_init_args(jobs, address))
+            else:
+                with _loopback_only():
+                    ray.init(**_ray_init_args(jobs, address))
         self.remote = ray.remote(num_cpus=1)(compute_point)
 
     def run(self, tasks: list[PointTask]) -> Iterator[PointOutput]:
-        pending = [self.remote.remote(t) for t in tasks]
+        pending = [self.remote.remote(self._placed(t)) for t in tasks]
         try:
             while pending:
                 ready, pending = self.ray.wait(pending, num_returns=1)
@@ -158,12 +175,47 @@ class RayExecutor(Executor):
             self.ray.shutdown()
 
 
-def make_executor(executor: str = "local", *, jobs: int = 1, address: str | None = None) -> Executor:
+def make_executor(executor: str = "local", *, jobs: int = 1, address: str | None = None,
+                  scratch: Path | None = None) -> Executor:
+    """`scratch`: a folder for the workers' temporary folders, used by workers on this machine
+    (local processes, a private Ray); workers of a Ray cluster (`address`) use their own /tmp."""
     if executor == "ray":
-        return RayExecutor(jobs, address)
-    if executor != "local":
+        pool: Executor = RayExecutor(jobs, address)
+        # Only a Ray instance started here is sure to run its workers on this machine.
+        local_workers = pool.started_here and not address
+    elif executor == "local":
+        pool = InlineExecutor() if jobs <= 1 else ProcessExecutor(jobs)
+        local_workers = True
+    else:
         raise ServesimError(f"unknown executor {executor!r}; expected one of {list(EXECUTORS)}")
-    return InlineExecutor() if jobs <= 1 else ProcessExecutor(jobs)
+    if scratch is not None and local_workers:
+        pool.scratch = str(Path(scratch).resolve())
+    return pool
+
+
+@contextmanager
+def _loopback_only() -> Iterator[None]:
+    """A private Ray instance that listens on 127.0.0.1 only, not on every interface.
+
+    On Linux Ray gives a new node its outward address and its servers (GCS, raylet, workers)
+    listen on all interfaces; `_node_ip_address="127.0.0.1"` does not help, as ray.init turns a
+    loopback address into the outward one. Ray keeps a node on loopback where clusters are off
+    (its default on macOS and Windows), so that switch is turned off for the start of this
+    instance only: a later ray.init(address=...) in this process joins a cluster as usual. The
+    setting is read when the node starts; tests/test_output_safety.py checks the listening sockets."""
+    try:
+        from ray._private import ray_constants
+    except ImportError:
+        ray_constants = None
+    if not hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):  # a Ray without the switch: start as it would
+        yield
+        return
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
 
 
 def _ray_init_args(jobs: int, address: str | None) -> dict[str, Any]:
@@ -175,5 +227,6 @@ def _ray_init_args(jobs: int, address: str | None) -> dict[str, Any]:
     python_path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {
         "num_cpus": max(1, jobs), "include_dashboard": False, "log_to_driver": False,
+        "_node_ip_address": "127.0.0.1",  # with _loopback_only, which makes Ray keep it
         "runtime_env": {"env_vars": {"PYTHONPATH": python_path}},
     }

@@ -6,6 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from experiments.io import locked_folder, scratch_dir
 from experiments.sweep import SweepPlan, SweepPoint
 from experiments.sweep_exec import PointTask, make_executor
 from experiments.sweep_store import SweepStore
@@ -32,7 +33,14 @@ def run_sweep(
     address: str | None = None,
     progress: bool = True,
 ) -> SweepOutcome:
-    """Run every unfinished point of `plan` into `out`; the dataset is rebuilt even if interrupted."""
+    """Run every unfinished point of `plan` into `out`; the dataset is rebuilt even if interrupted.
+    The folder is held for this process meanwhile (experiments.io.locked_folder)."""
+    with locked_folder(out):
+        return _run_locked(plan, out, jobs=jobs, executor=executor, address=address, progress=progress)
+
+
+def _run_locked(plan: SweepPlan, out: Path, *, jobs: int, executor: str, address: str | None,
+                progress: bool) -> SweepOutcome:
     store = SweepStore(out)
     store.write_manifest(plan)
     outcome = SweepOutcome(store, len(plan.points))
@@ -45,7 +53,7 @@ def run_sweep(
         tasks = [PointTask(p.point_id, p.data, _abs(plan.source)) for p in todo]
         # A single point needs no pool (or Ray start-up); it runs inline.
         jobs = min(jobs, len(tasks)) if executor == "local" else jobs
-        with make_executor(executor, jobs=jobs, address=address) as pool:
+        with make_executor(executor, jobs=jobs, address=address, scratch=scratch_dir(out)) as pool:
             for output in pool.run(tasks):
                 point = by_id[output.point_id]
                 store.record(point, output)

@@ -8,6 +8,9 @@
 
 A point is finished iff its DONE.json exists. Every file is written atomically and DONE.json
 last, so an interrupted sweep (Ctrl-C, SIGKILL, power loss) loses at most the points in flight.
+sweep.parquet always belongs to the sweep.json beside it: a sweep with a different plan removes
+the old dataset before it writes its manifest, so a killed one leaves no dataset rather than
+another plan's (readers then say to re-run the sweep).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.io import atomic_write_bytes, write_json, write_table
+from experiments.io import atomic_write_bytes, path_under, write_json, write_table
 from experiments.sweep import SweepPlan, SweepPoint
 
 DONE = "DONE.json"
@@ -47,7 +50,7 @@ class SweepStore:
         self.points_dir = self.root / "points"
 
     def point_dir(self, point_id: str) -> Path:
-        return self.points_dir / point_id
+        return path_under(self.points_dir, point_id)
 
     def is_done(self, point_id: str) -> bool:
         return (self.point_dir(point_id) / DONE).is_file()
@@ -60,7 +63,17 @@ class SweepStore:
         return json.loads(path.read_text())["error"] if path.is_file() else None
 
     def write_manifest(self, plan: SweepPlan) -> None:
-        write_json(self.root / MANIFEST, plan.manifest())
+        manifest = plan.manifest()
+        if self.read_manifest() != manifest:
+            path_under(self.root, DATASET).unlink(missing_ok=True)
+        write_json(path_under(self.root, MANIFEST), manifest)
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        """The sweep.json in the folder, or None when there is none (or it is unreadable)."""
+        try:
+            return json.loads((self.root / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
 
     def record(self, point: SweepPoint, output: PointOutput) -> None:
         """Store a finished (or failed) point: results files first, DONE.json (or ERROR.json) last."""
@@ -69,11 +82,11 @@ class SweepStore:
             # Leftovers of an interrupted or failed attempt: start clean so no stale file survives.
             shutil.rmtree(folder)
         if output.error is not None:
-            write_json(folder / ERROR, {**_identity(point), "error": output.error})
+            write_json(path_under(folder, ERROR), {**_identity(point), "error": output.error})
             return
         for rel, data in sorted(output.files.items()):
-            atomic_write_bytes(folder / rel, data)
-        write_json(folder / DONE, {**_identity(point), "summaries": output.summaries})
+            atomic_write_bytes(path_under(folder, rel), data)
+        write_json(path_under(folder, DONE), {**_identity(point), "summaries": output.summaries})
 
     def stale_folders(self, plan: SweepPlan) -> list[str]:
         """Point folders that belong to no point of this plan (an earlier, different sweep)."""
@@ -84,7 +97,7 @@ class SweepStore:
 
     def build_dataset(self, plan: SweepPlan) -> Path:
         """sweep.parquet from the DONE files of this plan's finished points, in point order."""
-        return write_table(dataset_frame(plan, self), self.root / "sweep", "parquet")
+        return write_table(dataset_frame(plan, self), path_under(self.root, DATASET), "parquet")
 
 
 def _identity(point: SweepPoint) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from simcore.plan import NO_BLOCK_ID, NO_DECODES, Decodes, ScheduledSeq, StepPla
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
 
-Admission = Literal["optimistic", "reserve", "watermark"]
+Admission = Literal["optimistic", "prompt", "reserve", "watermark"]
 Preemption = Literal["recompute", "swap"]
 
 
@@ -43,14 +43,17 @@ class SchedulerOptions:
     # Most positions processed in one step, prefill and decode together.
     max_num_batched_tokens: int = 8192
     # How admission accounts for future KV growth (seed 21.3): allocate as you go and preempt
-    # when out (optimistic), keep a fraction of blocks free for running requests (watermark), or
-    # reserve prompt + outputs up front (reserve; uses max_tokens when set, else the workload's
-    # output length, which a real server would not know: an upper bound on its caution).
+    # when out (optimistic), keep a fraction of blocks free for running requests (watermark),
+    # allocate the whole prompt's blocks at once (prompt: vLLM v0's block manager, also under
+    # chunked prefill), or reserve prompt + outputs up front (reserve; uses max_tokens when set,
+    # else the workload's output length, which a real server would not know: an upper bound on
+    # its caution).
     admission: Admission = "optimistic"
     watermark: float = 0.01
     # What happens to a victim's KV under memory pressure: discard and recompute, or swap to host.
     preemption: Preemption = "recompute"
-    # Longest prompt + output a request may have; longer ones are rejected with a reason.
+    # Longest prompt + output a request may have; longer ones are rejected with a reason. None
+    # is no limit; an experiment always sets one (the model's context length by default).
     max_model_len: int | None = None
     # Selection/delivery time added after the step that selects an output (TTFT's third term).
     delivery_s: float = 0.0
@@ -284,8 +287,12 @@ class Scheduler:
         return int(self.options.watermark * self.bm.num_blocks)
 
     def admission_reserve(self, request: Request) -> int:
-        """Positions admission allocates blocks for up front (reserve admission: all of them)."""
-        return request.num_final_positions if self.options.admission == "reserve" else 0
+        """Positions admission allocates blocks for up front (reserve admission: all of them;
+        prompt admission: those it must process, so its later chunks never preempt)."""
+        admission = self.options.admission
+        if admission == "reserve":
+            return request.num_final_positions
+        return request.num_tokens if admission == "prompt" else 0
 
     def blocks_to_admit(self, request: Request, num_positions: int) -> int:
         """Blocks admission must find free to admit a waiting request with its first

@@ -3,6 +3,7 @@
 Key names and defaults follow the transformers configuration classes LlamaConfig,
 MistralConfig and Qwen2Config. Both spellings of RoPE settings are accepted: `rope_theta` and
 `rope_scaling` (transformers 4.x) and a `rope_parameters` mapping (transformers 5).
+`context_length` derives a model's context (the default max_model_len) as vLLM does.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
         head_dim = hidden_size // num_q_heads
 
     rope_theta, rope_scaling = _rope(reader)
-    return ModelSpec(
+    spec = ModelSpec(
         name=name,
         num_layers=reader.positive_int("num_hidden_layers"),
         hidden_size=hidden_size,
@@ -92,6 +93,47 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
         # Qwen2 hard-codes a q/k/v bias and its config.json does not say so.
         attention_bias=reader.boolean("attention_bias", default=model_type == "qwen2"),
     )
+    context_length(spec, source=source)  # a bad rope_scaling factor is this file's error, said now
+    return spec
+
+
+# RoPE types whose config already states the extended length in max_position_embeddings (vLLM
+# applies no factor to them); "su" is longrope's old name.
+_ROPE_TYPES_ALREADY_EXTENDED = ("llama3", "longrope", "su")
+
+
+def context_length(model: ModelSpec, *, source: str | None = None) -> int:
+    """The longest prompt + output `model` serves: the max_model_len vLLM derives from its config.
+
+    That is max_position_embeddings, stretched by rope_scaling's `factor` for the RoPE types that
+    reach past it (linear, dynamic, yarn; yarn counts from original_max_position_embeddings);
+    llama3 and longrope configs already give the extended length. A sliding window (Mistral)
+    does not shorten it: vLLM serves the full length unless the window is disabled. The other
+    length keys vLLM reads (n_positions, seq_length, model_max_length, ...) belong to families
+    this loader does not accept.
+    """
+    length = model.max_position_embeddings
+    scaling = model.rope_scaling
+    if not scaling:
+        return length
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type in _ROPE_TYPES_ALREADY_EXTENDED:
+        return length
+    where = f"model {model.name!r}: rope_scaling" if source is None else "rope_scaling"
+    # The default type has no factor.
+    factor = _positive_number(scaling.get("factor", 1.0), source=source, where=f"{where}.factor")
+    if rope_type == "yarn":
+        # transformers falls back to max_position_embeddings when the key is absent.
+        original = scaling.get("original_max_position_embeddings", length)
+        if isinstance(original, bool) or not isinstance(original, int) or original <= 0:
+            raise ConfigError("invalid value", source=source, where=f"{where}.original_max_position_embeddings",
+                              expected="a positive integer", found=original)
+        length = original
+    stretched = length * factor
+    if not math.isfinite(stretched):
+        raise ConfigError("the context it gives is past any length", source=source, where=f"{where}.factor",
+                          expected="a factor that keeps max_position_embeddings x factor finite", found=factor)
+    return max(1, int(stretched))
 
 
 class _Reader:

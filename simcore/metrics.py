@@ -166,6 +166,9 @@ def summarize_frame(
     out["completed"] = num_done
     out["num_requests"] = int(len(frame))
     out["num_rejected"] = int((status == "rejected").sum())
+    # Of those, the ones rejected as they arrived (longer than max_model_len or the whole cache):
+    # the configuration's doing, whatever the load.
+    out["num_rejected_on_arrival"] = int(((status == "rejected") & frame["first_scheduled_s"].isna()).sum())
     out["num_unfinished"] = int((status == "unfinished").sum())
     out["total_input_tokens"] = num_in
     out["total_output_tokens"] = num_out

@@ -1,6 +1,8 @@
 """Named models, accelerators and host links, with the public numbers they come from.
 
 Model geometry is copied from each model's Hugging Face `config.json` (keys spelt as there).
+A model's context length, the default max_model_len, is derived from max_position_embeddings
+and rope_scaling as vLLM does (simcore.hf_config.context_length); each entry notes its value.
 Hardware numbers are vendor datasheet figures: dense (no sparsity) bf16 tensor-core FLOP/s and
 HBM bandwidth. Memory sizes use the vendor's "GB" read as 1e9 bytes. That is conservative:
 the A100-80GB and H100-SXM actually carry 80 GiB (85.9e9 bytes) and an H200 reports about
@@ -30,48 +32,52 @@ _LLAMA32_ROPE_SCALING = {**_LLAMA31_ROPE_SCALING, "factor": 32.0}
 # (Each preset gets its own copy below: the dicts are mutable and must not be shared.)
 
 MODELS: dict[str, ModelSpec] = {
-    # meta-llama/Llama-3.1-8B config.json
+    # meta-llama/Llama-3.1-8B config.json. Context 131072: max_position_embeddings already gives
+    # the extended length (llama3 RoPE scaling, 8x the original 8192).
     "llama-3.1-8b": ModelSpec(
         name="llama-3.1-8b", num_layers=32, hidden_size=4096, num_q_heads=32, num_kv_heads=8,
         head_dim=128, intermediate_size=14336, vocab_size=128256, tie_word_embeddings=False,
         rope_theta=500000.0, rope_scaling=dict(_LLAMA31_ROPE_SCALING), max_position_embeddings=131072,
         rms_norm_eps=1e-5,
     ),
-    # meta-llama/Llama-3.2-1B config.json: explicit head_dim 64, tied embeddings.
+    # meta-llama/Llama-3.2-1B config.json: explicit head_dim 64, tied embeddings. Context 131072
+    # (llama3 RoPE scaling, already in max_position_embeddings).
     "llama-3.2-1b": ModelSpec(
         name="llama-3.2-1b", num_layers=16, hidden_size=2048, num_q_heads=32, num_kv_heads=8,
         head_dim=64, intermediate_size=8192, vocab_size=128256, tie_word_embeddings=True,
         rope_theta=500000.0, rope_scaling=dict(_LLAMA32_ROPE_SCALING), max_position_embeddings=131072,
         rms_norm_eps=1e-5,
     ),
-    # meta-llama/Llama-2-7b-hf config.json: multi-head attention (H_KV = H_Q).
+    # meta-llama/Llama-2-7b-hf config.json: multi-head attention (H_KV = H_Q). Context 4096.
     "llama-2-7b": ModelSpec(
         name="llama-2-7b", num_layers=32, hidden_size=4096, num_q_heads=32, num_kv_heads=32,
         head_dim=128, intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False,
         rope_theta=10000.0, max_position_embeddings=4096, rms_norm_eps=1e-5,
     ),
     # mistralai/Mistral-7B-v0.1 config.json. Its sliding_window (4096) is ignored: the
-    # simulator keeps and attends to the whole context, so long contexts are over-priced.
+    # simulator keeps and attends to the whole context, so long contexts are over-priced. Context
+    # 32768 (max_position_embeddings; vLLM does not shorten it to the window either).
     "mistral-7b": ModelSpec(
         name="mistral-7b", num_layers=32, hidden_size=4096, num_q_heads=32, num_kv_heads=8,
         head_dim=128, intermediate_size=14336, vocab_size=32000, tie_word_embeddings=False,
         rope_theta=10000.0, max_position_embeddings=32768, rms_norm_eps=1e-5,
     ),
-    # Qwen/Qwen2.5-7B config.json (base model); Qwen2 puts a bias on q/k/v.
+    # Qwen/Qwen2.5-7B config.json (base model); Qwen2 puts a bias on q/k/v. Context 131072 (the
+    # Instruct model's config.json says 32768, reaching 131072 only with YaRN added).
     "qwen2.5-7b": ModelSpec(
         name="qwen2.5-7b", num_layers=28, hidden_size=3584, num_q_heads=28, num_kv_heads=4,
         head_dim=128, intermediate_size=18944, vocab_size=152064, tie_word_embeddings=False,
         rope_theta=1000000.0, max_position_embeddings=131072, rms_norm_eps=1e-6,
         attention_bias=True,
     ),
-    # meta-llama/Llama-3.1-70B config.json
+    # meta-llama/Llama-3.1-70B config.json. Context 131072, as Llama-3.1-8B.
     "llama-3.1-70b": ModelSpec(
         name="llama-3.1-70b", num_layers=80, hidden_size=8192, num_q_heads=64, num_kv_heads=8,
         head_dim=128, intermediate_size=28672, vocab_size=128256, tie_word_embeddings=False,
         rope_theta=500000.0, rope_scaling=dict(_LLAMA31_ROPE_SCALING), max_position_embeddings=131072,
         rms_norm_eps=1e-5,
     ),
-    # A made-up Llama small enough for CPU tests of the real engine (GQA with 2 groups).
+    # A made-up Llama small enough for CPU tests of the real engine (GQA with 2 groups); context 2048.
     "tiny-llama": ModelSpec(
         name="tiny-llama", num_layers=2, hidden_size=64, num_q_heads=4, num_kv_heads=2,
         head_dim=16, intermediate_size=128, vocab_size=256, tie_word_embeddings=False,

@@ -4,7 +4,11 @@
   path as the user wrote it (pydantic's union tags such as `poisson` or `str` are left out), what
   was expected (valid names, ranges, types) and a close match for misspellings.
 - `load_yaml_mapping` / `parse_yaml`: YAML as Python data; syntax errors and duplicate keys name
-  their line and column, a non-UTF-8 file or a folder is named as such.
+  their line and column, a non-UTF-8 file or a folder is named as such. A file may hold at most
+  MAX_YAML_CHARS characters, also once every alias is written out (a "billion laughs" file of
+  nested aliases is refused before anything reads its values), and no alias may contain itself.
+- `load_yaml_text`: the same limits for YAML read elsewhere (calibration files, flag values),
+  as a drop-in for `yaml.safe_load` whose refusals are `yaml.YAMLError`s.
 - `apply_override` / `set_path`: one `--set key.path=value` onto a loaded mapping; a path through
   a scalar, a bad list index or a value that is not YAML is a ConfigError.
 - `build_model_from_params`: a plain dataclass from a YAML mapping (cost-model parameters),
@@ -26,7 +30,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 import pydantic
 import yaml
 
-from simcore.errors import ConfigError, close_match
+from simcore.errors import ConfigError, close_match, cut, short_repr
 
 T = TypeVar("T")
 
@@ -49,6 +53,11 @@ _TYPE_WORDS = {
     "none_required": "nothing (null)",
 }
 _RANGE_TYPES = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of")
+# Errors looked at for the members of a plain union: they come first and together, and a value
+# with a million bad items must not cost a schema walk per item.
+_MAX_ERRORS_SCANNED = 100
+# A validator's own message quotes the value it refused; a long value is cut to this.
+_MAX_MESSAGE_CHARS = 500
 
 
 class _Shown:
@@ -65,11 +74,11 @@ def config_error_from_pydantic(
     exc: pydantic.ValidationError, *, source: str | Path | None, prefix: str = "", model: Any = None
 ) -> ConfigError:
     """The first problem of a pydantic ValidationError as one ConfigError."""
-    errors = exc.errors()
+    errors = exc.errors(include_url=False)
     first = _most_helpful(errors)
     parts, ann, parent = _walk(model, tuple(first.get("loc", ())))
     # Errors at the same place are the members of a plain union (e.g. `str | list[str]`): say all.
-    same = [e for e in errors if _walk(model, tuple(e.get("loc", ())))[0] == parts]
+    same = [e for e in errors[:_MAX_ERRORS_SCANNED] if _walk(model, tuple(e.get("loc", ())))[0] == parts]
     return _convert(first, same, parts, ann, parent, source=str(source) if source else None, prefix=prefix)
 
 
@@ -123,6 +132,9 @@ def _convert(err: dict, same: list[dict], parts: list, ann: Any, parent: Any, *,
         expected = f"at least {low} item(s)" if kind == "too_short" else f"at most {high} item(s)"
         return ConfigError("too few items" if kind == "too_short" else "too many items", source=source,
                            where=where, expected=expected, found=_Shown(str(ctx.get("actual_length", "?"))))
+    if kind == "float_type" and _is_nonfinite(value):  # a whole number past the float range
+        return ConfigError("not a finite number", source=source, where=where,
+                           expected=_range_text(parent, parts, ann, ctx, kind), found=_found(value))
     expected_type = _type_expected(kind)
     if expected_type is not None:
         others = [_type_expected(e.get("type", "")) for e in same]
@@ -131,6 +143,7 @@ def _convert(err: dict, same: list[dict], parts: list, ann: Any, parent: Any, *,
                            found=_found(value))
     # value_error from a validator, or a custom error raised by the schema's own checks.
     msg = msg.removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    msg = cut(msg, _MAX_MESSAGE_CHARS)
     choices = re.findall(r"'([^']*)'", msg) if isinstance(value, str) else []
     hint = suggest(value, [c for c in choices if c != value]) if choices else None
     if hint:
@@ -146,7 +159,7 @@ def _error(message: str, *, source: str | None, where: str | None, expected: str
     if expected is not None:
         text += f"; expected {expected}"
     if found is not None:
-        text += f", found {_found(found)!r}"
+        text += f", found {short_repr(_found(found))}"
     if hint:
         text += f" (did you mean {hint!r}?)"
     return ConfigError(text, source=source, where=where)
@@ -210,6 +223,8 @@ def _found(value: Any) -> Any:
 
 
 def _is_nonfinite(value: Any) -> bool:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) > sys.float_info.max
     return isinstance(value, float) and not math.isfinite(value)
 
 
@@ -243,7 +258,7 @@ def format_loc(loc: tuple[Any, ...], prefix: str = "") -> str:
         if isinstance(item, int):
             parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
         else:
-            parts.append(str(item))
+            parts.append(cut(str(item), 100))  # a key as the input spelt it, however long
     return ".".join(parts)
 
 
@@ -435,8 +450,99 @@ def _describe_type(ann: Any) -> str | None:
 # --- YAML files and --set overrides ------------------------------------------------------------
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (YAML would keep the last silently)."""
+# Most characters a YAML text may have, also counted with every alias (*name) written out as its
+# anchor's value. Experiment files are a few kilobytes; PyYAML reads about 250 KB a second, so a
+# file at the limit takes some 15 s. Counting aliases out bounds what reading the values costs
+# afterwards (validating, copying sweep points, hashing, messages): a "billion laughs" file of
+# 700 bytes whose nested aliases stand for 10**9 values is refused before any of that.
+MAX_YAML_CHARS = 4 * 2**20
+# Deepest nesting of lists and mappings a YAML input may have: an experiment file needs about 8,
+# and what reads the values (deepcopy, pydantic, json) recurses once or twice per level.
+MAX_YAML_DEPTH = 100
+
+
+class YamlLimitError(yaml.MarkedYAMLError):
+    """A YAML text past MAX_YAML_CHARS, as written or with its aliases written out, or nested
+    past MAX_YAML_DEPTH. A yaml.YAMLError, so callers of `yaml.safe_load` catch it too."""
+
+    def __init__(self, problem: str, problem_mark: yaml.Mark | None = None, *, kind: str = "YAML too large") -> None:
+        super().__init__(problem=problem, problem_mark=problem_mark)
+        self.kind = kind
+
+
+class BoundedLoader(yaml.SafeLoader):
+    """SafeLoader with `max_chars` (MAX_YAML_CHARS unless told) as a limit on the text and on
+    its aliases' expansion, and MAX_YAML_DEPTH on its nesting, checked on the composed nodes
+    before any value is built."""
+
+    def __init__(self, stream: Any, max_chars: int = MAX_YAML_CHARS) -> None:
+        if isinstance(stream, (str, bytes)) and len(stream) > max_chars:
+            raise YamlLimitError(f"the text has {len(stream):,} characters, more than the "
+                                 f"{max_chars:,} a YAML input may have")
+        super().__init__(stream)
+        self.max_chars = max_chars
+
+    def compose_document(self) -> Any:
+        try:
+            node = super().compose_document()
+        except RecursionError:
+            raise YamlLimitError(f"lists and mappings nested too deeply (at most {MAX_YAML_DEPTH} levels)",
+                                 kind="YAML too deep") from None
+        check_expanded_size(node, self.max_chars)
+        return node
+
+
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def check_expanded_size(root: yaml.Node | None, limit: int = MAX_YAML_CHARS, max_depth: int = MAX_YAML_DEPTH) -> None:
+    """Refuse a node graph that, with every alias written out, passes `limit` characters (a
+    scalar counts its text and a separator, a list or mapping its two brackets) or nests lists
+    and mappings deeper than `max_depth`: YamlLimitError; or in which an alias contains itself:
+    ComposerError. Aliases share nodes, so each node is sized once, bottom up: the work is that
+    of the text, however large its expansion."""
+    if root is None:
+        return
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (characters, depth)
+    open_nodes: set[int] = set()  # nodes whose children are being sized: ancestors of the top
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            children = [sizes[id(child)] for child in _node_children(node)]
+            size = 2 + sum(chars for chars, _ in children)
+            depth = 1 + max((d for _, d in children), default=0)
+            open_nodes.discard(key)
+        elif key in sizes:
+            continue
+        elif key in open_nodes:
+            raise yaml.composer.ComposerError(problem="an alias refers to a value that contains it (a value "
+                                                      "cannot contain itself)", problem_mark=node.start_mark)
+        elif isinstance(node, yaml.ScalarNode):
+            size, depth = len(node.value) + 1, 0
+        else:
+            open_nodes.add(key)
+            stack.append((node, True))
+            stack.extend((child, False) for child in _node_children(node))
+            continue
+        sizes[key] = (size, depth)
+        if size > limit:
+            raise YamlLimitError(
+                f"with its aliases written out, this value would have more than {limit:,} characters "
+                "(the most a YAML input may have); write it without nested aliases", node.start_mark)
+        if depth > max_depth:
+            raise YamlLimitError(f"lists and mappings nested more than {max_depth} levels deep",
+                                 node.start_mark, kind="YAML too deep")
+
+
+class _StrictLoader(BoundedLoader):
+    """BoundedLoader that refuses a key given twice in one mapping (YAML would keep the last silently)."""
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
@@ -451,12 +557,55 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
             continue  # unhashable key: the constructor below reports it
         if first is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first given at line {first.line + 1})", key_node.start_mark)
+                None, None, f"duplicate key {short_repr(key)} (first given at line {first.line + 1})",
+                key_node.start_mark)
         seen[key] = key_node.start_mark
     return loader.construct_mapping(node, deep=deep)
 
 
+# Bits of the largest whole number Python will print in decimal (0 digits means no limit).
+_MAX_INT_BITS = int((sys.get_int_max_str_digits() or 10**6) * math.log2(10)) - 4
+
+
+def _checked_scalar(construct: Any, what: str) -> Any:
+    """A SafeConstructor scalar method whose ValueError (a date such as 2024-13-45, a decimal
+    number past the digits Python reads) is a YAML error at the value's line."""
+
+    def constructor(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+        too_long = f"a whole number past the {sys.get_int_max_str_digits():,} decimal digits Python reads"
+        try:
+            value = construct(loader, node)
+        except (ValueError, OverflowError) as exc:
+            if what == "a whole number":  # the resolver matched its syntax: only its length can fail
+                problem = too_long
+            else:
+                problem = f"cannot read {short_repr(node.value, 40)} as {what} ({cut(str(exc), 80)})"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark) from None
+        if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+            # Hexadecimal and binary have no digit limit: such a number could be read but never
+            # printed (messages, results files and sweep point ids would fail on it).
+            raise yaml.constructor.ConstructorError(None, None, too_long, node.start_mark)
+        return value
+
+    return constructor
+
+
+BoundedLoader.add_constructor("tag:yaml.org,2002:int", _checked_scalar(yaml.SafeLoader.construct_yaml_int,
+                                                                         "a whole number"))
+BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp",
+                              _checked_scalar(yaml.SafeLoader.construct_yaml_timestamp, "a date"))
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def load_yaml_text(text: str, *, max_chars: int = MAX_YAML_CHARS) -> Any:
+    """`yaml.safe_load` within the limits of BoundedLoader; every refusal is a yaml.YAMLError.
+    `max_chars` may be raised for files servesim wrote itself (resolved.yaml writes lists one
+    item a line, longer than the flow style an input may have used)."""
+    loader = BoundedLoader(text, max_chars=max_chars)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def parse_yaml(text: str, *, source: str | None = None, where: str | None = None) -> Any:
@@ -470,7 +619,8 @@ def parse_yaml(text: str, *, source: str | None = None, where: str | None = None
             place = f"{where}, {place}"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         context = getattr(exc, "context", None)
-        text_ = f"invalid YAML: {problem}" + (f" ({context})" if context else "")
+        kind = exc.kind if isinstance(exc, YamlLimitError) else "invalid YAML"
+        text_ = f"{kind}: {problem}" + (f" ({context})" if context else "")
         raise ConfigError(text_, source=source, where=place or where) from None
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", source=source, where=where) from None
@@ -479,8 +629,15 @@ def parse_yaml(text: str, *, source: str | None = None, where: str | None = None
 def load_yaml_mapping(path: str | Path, *, what: str = "experiment file") -> dict[str, Any]:
     """A YAML file that must hold a mapping, or one ConfigError naming the file and the place."""
     path = Path(path)
+    too_large = {"source": str(path), "expected": f"at most {MAX_YAML_CHARS:,} characters"}
     try:
-        text = path.read_text(encoding="utf-8")
+        # Read up to the limit and one byte more (UTF-8 takes up to 4 bytes a character): a huge
+        # file, or an endless one such as /dev/zero, is refused without reading it all.
+        with path.open("rb") as stream:
+            raw = stream.read(4 * MAX_YAML_CHARS + 1)
+        if len(raw) > 4 * MAX_YAML_CHARS:
+            raise ConfigError(f"{what} is too large", **too_large, found=_Shown(f"more than {len(raw) - 1:,} bytes"))
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} not found", source=str(path)) from None
     except IsADirectoryError:
@@ -490,6 +647,8 @@ def load_yaml_mapping(path: str | Path, *, what: str = "experiment file") -> dic
                           expected="a YAML file") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what}: {exc.strerror}", source=str(path)) from None
+    if len(text) > MAX_YAML_CHARS:
+        raise ConfigError(f"{what} is too large", **too_large, found=_Shown(f"{len(text):,} characters"))
     data = parse_yaml(text, source=str(path))
     if not isinstance(data, dict):
         article = "an" if what[:1] in "aeiou" else "a"
@@ -509,6 +668,10 @@ def apply_override(data: dict[str, Any], item: str, *, source: str | None = None
     set_path(data, path, value, source=source)
 
 
+# Most parts a dotted key path may have (an experiment's deepest key has about 5).
+MAX_PATH_PARTS = 32
+
+
 def set_path(data: dict[str, Any], path: str, value: Any, *, source: str | None = None) -> None:
     """data[a][b][c] = value for path "a.b.c", creating mappings on the way; list items by index.
 
@@ -518,6 +681,9 @@ def set_path(data: dict[str, Any], path: str, value: Any, *, source: str | None 
     if not path or any(not k.strip() for k in keys):
         raise ConfigError("an override needs a dotted key path before '='", source=source, where="--set",
                           expected="e.g. workload.num_requests=50", found=path)
+    if len(keys) > MAX_PATH_PARTS:  # each missing part becomes a nested mapping
+        raise ConfigError("key path too long", source=source, where="--set",
+                          expected=f"at most {MAX_PATH_PARTS} dotted parts", found=path)
     node: Any = data
     for i, key in enumerate(keys[:-1]):
         here = ".".join(keys[: i + 1])

@@ -43,6 +43,7 @@ CONFIGS = (
     ("chunked_prefill", {"chunk_size": 16, "order": "alternate"}),
     ("chunked_prefill", {"chunk_size": 16, "preemption": "swap"}),
     ("chunked_prefill", {"chunk_size": 16, "admission": "reserve"}),
+    ("chunked_prefill", {"chunk_size": 16, "admission": "prompt"}),
     ("offload", {"base": "continuous"}),
     ("offload", {"chunk_size": 16}),
 )

@@ -165,7 +165,7 @@ EXPERIMENT_CASES = [
     ("kind-missing", {"workload.prompt_len": {"low": 1, "high": 3}},
      ("workload.prompt_len.kind: required key is missing", "'uniform'")),
     ("literal", {"policies.0": {"name": "continuous", "admission": "reserv"}},
-     ("policies[0].admission: invalid value", "'optimistic', 'reserve', 'watermark'", "did you mean 'reserve'")),
+     ("policies[0].admission: invalid value", "'optimistic', 'prompt', 'reserve', 'watermark'", "did you mean 'reserve'")),
     ("policy-no-name", {"policies.0": {"max_batch_size": 3}},
      ("policies[0].name: required key is missing", "'static'")),
     ("policy-not-mapping", {"policies.0": "static"}, ("policies[0]: wrong type", "mapping", "'static'")),

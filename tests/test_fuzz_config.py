@@ -7,6 +7,13 @@ or move a known key somewhere else. The property: parsing and running either suc
 every request reported exactly once and sane summary numbers, or raises the project's own
 `ServesimError`; never another exception and never a hang.
 
+The YAML-text fuzzers at the end write files and only parse them, as `servesim run` does before
+it runs and `servesim sweep --dry-run` does in all (thousands of cases in seconds): anchors and
+aliases nested to random depth in random fields (a "billion laughs" stands for 10**10 values in
+a few lines), and numbers past the float range and past the digits Python prints in every
+numeric field. The property: success or a `ServesimError` naming the file, in a message of
+bounded length, within PARSE_HANG_S.
+
 Inputs that are valid but hit a known, reported limitation are counted and skipped rather than
 run (see KNOWN_LIMITS below). Per-test example counts print at the end of each test (pytest -rP).
 """
@@ -16,21 +23,30 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 import resource
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from experiments.config import parse_experiment
+from experiments.cli import main
+from experiments.config import load_raw, parse_experiment
 from experiments.runner import resolve_kv, run_experiment
+from experiments.sweep import expand
 from simcore.errors import ServesimError
+from simcore.validate import parse_yaml
+
+# Many generated cases: run with `-m fuzz` (CI does; the default run leaves them out).
+pytestmark = pytest.mark.fuzz
 
 # Per-example wall-clock guard: a run that takes longer than this is a hang.
 HANG_S = 30.0
@@ -38,7 +54,8 @@ HANG_S = 30.0
 # hundred MB), far below the 24 GiB of a CI machine.
 MEMORY_HEADROOM = 6 * 2**30
 # Valid inputs with more KV blocks than this are not run: BlockManager/HostPool build every block
-# up front (reported as a proposed change; a 1e12-block cache would exhaust memory).
+# up front, about 85 and 40 bytes a block and 0.4 us each (experiments.runner.MAX_BLOCKS, 2**26 a
+# tier, bounds that at some 8 GiB and 30 s); past 10**6 blocks an example takes too long.
 MAX_RUN_BLOCKS = 10**6
 # Synthetic sizes above these are valid but too slow for a fuzz example.
 MAX_RUN_REQUESTS = 2000
@@ -511,3 +528,286 @@ def test_memory_guard_turns_a_runaway_allocation_into_an_error():
     with memory_guard(headroom=256 * 2**20):
         small = bytearray(2**20)  # well within the headroom
     assert len(small) == 2**20 and len(bytearray(2**29)) == 2**29
+
+
+# --- YAML text: aliases, and numbers past the float range (parse and sweep expansion only) ----------
+
+# Per-file bound for parsing and expanding a small file: milliseconds when all is well. Before the
+# YAML limits, an alias bomb in a field that fails validation ran for ever (its error message
+# printed the value with every alias written out).
+PARSE_HANG_S = 10.0
+# Longest message a rejection may have: messages name the value, never print all of it.
+MAX_MESSAGE_CHARS = 2000
+# Files per fuzzer: about 10 ms each (drawing, writing, reading once, parsing and expanding).
+ALIAS_EXAMPLES = 400
+HUGE_EXAMPLES = 400
+# PyYAML's C emitter when built with libyaml (writing is not under test, reading always is
+# servesim's own loader).
+FAST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# Numbers as YAML text: past float range, past int64, past the 4,300 digits Python prints
+# (decimal, hex, octal, binary), overflowing and underflowing floats, and quoted strings that a
+# number field may try to read as numbers.
+HUGE_NUMBER_TEXTS = [
+    "1" + "0" * 400, "-1" + "0" * 400, "9" * 4300, "9" * 4301, "-" + "9" * 6000, str(2**1024), str(-(2**1024)),
+    str(2**63), str(2**64), str(-(2**63) - 1), "1_000_000_000_000_000_000_000", "0x" + "f" * 300, "0x" + "f" * 4000,
+    "0b" + "1" * 20000, "0o" + "7" * 5000, "1.0e+400", "-1.0e+400", "1.0e-400", "1.0e+999999999", "4.9e-324",
+    ".inf", "-.inf", ".nan", "1e400", "'1e999999'", "'-1e400'", "'0x" + "f" * 400 + "'", "'" + "9" * 5000 + "'",
+    "'1" + "0" * 400 + "'",
+]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(str(part) for part in path)
+
+
+def _rich_experiment() -> dict:
+    """An experiment with a number in every numeric field the schema has (but traces')."""
+    return {
+        "seed": 1, "tensor_parallel": 1,
+        "kv_cache": {"block_size": 16, "num_blocks": 64, "gpu_memory_utilization": 0.9, "host_memory_gib": 0.01},
+        "workload": {
+            "num_requests": 5, "max_tokens": 16,
+            "arrivals": {"kind": "gamma", "rate": 2.0, "cv": 1.5},
+            "prompt_len": {"kind": "lognormal", "median": 32.0, "sigma": 0.5, "min": 1, "max": 64},
+            "output_len": {"kind": "uniform", "low": 1, "high": 8},
+            "prefix": {"num_prefixes": 2, "prefix_len": {"kind": "normal", "mean": 8.0, "std": 1.0, "max": 16},
+                       "choice": {"kind": "zipf", "s": 1.1}, "share": 0.5},
+            "priority": {"kind": "choice", "values": [0, 1], "weights": [0.5, 1.5]},
+        },
+        "cost_model": {"name": "constant", "step_s": 0.01, "per_token_s": 0.0001},
+        "policies": [
+            {"name": "static", "max_batch_size": 4, "max_model_len": 128},
+            {"name": "offload", "max_num_seqs": 8, "max_num_batched_tokens": 64, "watermark": 0.1, "chunk_size": 32},
+        ],
+        "metrics": {"delivery_ms": 1.0, "slo": {"ttft_ms": 100.0, "tpot_ms": 10.0, "e2el_ms": 1000.0}},
+        "limits": {"max_sim_time_s": 10.0, "max_wall_time_s": 5.0},
+        "sweep": {"workload.arrivals.rate": [1.0, 2.0], "policy.max_num_seqs": [4]},
+        "variants": {"a": {"kv_cache.block_size": 8}},
+    }
+
+
+def _sessions_experiment() -> dict:
+    data = _rich_experiment()
+    workload = data["workload"]
+    del workload["prefix"], workload["num_requests"]
+    workload["sessions"] = {"num_sessions": 3, "turns": {"kind": "empirical", "values": [1, 2]},
+                            "think_time_s": {"kind": "lognormal", "median": 1.0, "sigma": 0.5, "max": 9.0},
+                            "message_len": {"kind": "fixed", "value": 4}}
+    return data
+
+
+# Bases for the YAML fuzzers: the two above (every numeric field) or a random experiment.
+bases = st.one_of(st.sampled_from([_rich_experiment(), _sessions_experiment()]).map(copy.deepcopy), experiments())
+
+
+@st.composite
+def with_sweep(draw, base: st.SearchStrategy = bases) -> dict:
+    """An experiment with, half the time, a small `sweep:` over its numbers and `variants:`."""
+    data = draw(base)
+    numeric = [p for p in all_paths(data)
+               if _is_number(_get(data, p)) and p[0] not in ("limits", "output", "sweep", "variants")]
+    if numeric and draw(st.integers(0, 3)) == 2:
+        path = draw(st.sampled_from(numeric))
+        data["variants"] = {"a": {}, "b": {_dotted(path): _get(data, path)}}
+    if numeric and draw(st.booleans()):
+        keys = draw(st.lists(st.sampled_from(numeric), min_size=1, max_size=3, unique=True))
+        sweep: dict[str, Any] = {}
+        for path in keys:
+            key = _dotted(path)
+            if path[0] == "policies" and draw(st.booleans()):
+                key = "policy." + _dotted(path[2:])  # every policy that has the field
+            sweep[key] = draw(st.lists(st.sampled_from([_get(data, path), 1, 2, 8, 0.5]), min_size=1, max_size=3))
+        if len(sweep) > 1 and draw(st.booleans()) and len({len(v) for v in sweep.values()}) == 1:
+            sweep["mode"] = "zip"
+        data["sweep"] = sweep
+    return data
+
+
+def _get(data: Any, path: tuple) -> Any:
+    return _parent(data, path)[path[-1]]
+
+
+@st.composite
+def repeated_values(draw) -> Any:
+    """One value repeated `width` times per level for `depth` levels: up to 12**10 values written
+    out, a few lines of YAML (the dumper writes every repeat as an alias of the first); or, now
+    and then, one value nested 100-150 levels deep."""
+    node = draw(st.one_of(junk, st.integers(1, 64), lengths()))
+    if draw(st.integers(0, 9)) == 5:
+        for _ in range(draw(st.integers(100, 150))):
+            node = [node]
+        return node
+    for _ in range(draw(st.integers(1, 10))):
+        width = draw(st.integers(1, 12))
+        node = [node] * width if draw(st.booleans()) else dict.fromkeys((f"k{i}" for i in range(width)), node)
+    return node
+
+
+@st.composite
+def alias_files(draw) -> tuple[str, list[str]]:
+    """(YAML text, what was done): an experiment whose fields share values through anchors and
+    aliases: as people write them (prompt_len: &len {...}, output_len: *len), nested bombs in
+    1-3 random fields (the same bomb in each), sweep values and cost-model parameters, or a
+    value that contains itself."""
+    data = draw(with_sweep())
+    done = []
+    if draw(st.booleans()):  # benign: valid, and must stay so
+        data["workload"]["output_len"] = data["workload"]["prompt_len"]
+        done.append("shared-lengths")
+    paths = all_paths(data)  # once: afterwards the data may be huge written out, or cyclic
+    bomb = draw(repeated_values())
+    targets = draw(st.lists(st.sampled_from(paths), max_size=3, unique=True))
+    for path in sorted(targets, key=len, reverse=True):  # deepest first: no path goes through a bomb
+        _parent(data, path)[path[-1]] = bomb if draw(st.booleans()) else draw(repeated_values())
+        done.append("bomb-in-" + str(path[0]))
+    # (Middle values: hypothesis draws the ends of a range more often than the rest.)
+    if draw(st.integers(0, 3)) == 2:
+        key = draw(st.sampled_from(["seed", "workload.arrivals", "policy.max_num_seqs", "kv_cache.num_blocks"]))
+        data["sweep"] = {key: [bomb, 1]}
+        done.append("bomb-in-sweep")
+    if draw(st.integers(0, 3)) == 2:
+        data["cost_model"] = {"name": "constant", "step_s": bomb}  # parameters are checked by the factory
+        done.append("bomb-in-cost-model")
+    if draw(st.integers(0, 9)) == 5:
+        loop: list = [1]
+        loop.append(loop if draw(st.booleans()) else [loop])
+        _parent(data, paths[0])[paths[0][-1]] = loop
+        done.append("cycle")
+    flow = draw(st.sampled_from([False, None, True]))
+    return yaml.dump(data, Dumper=FAST_DUMPER, sort_keys=False, default_flow_style=flow), done
+
+
+@st.composite
+def huge_number_files(draw) -> tuple[str, list[str]]:
+    """(YAML text, fields changed): 1-3 numbers of an experiment (its sweep and variants too)
+    written as one of HUGE_NUMBER_TEXTS."""
+    data = draw(with_sweep())
+    numeric = [p for p in all_paths(data) if _is_number(_get(data, p))]
+    chosen = draw(st.lists(st.sampled_from(numeric), min_size=1, max_size=3, unique=True))
+    texts = []
+    for i, path in enumerate(chosen):
+        _parent(data, path)[path[-1]] = f"__HUGE{i}__"  # a plain scalar, replaced in the text below
+        texts.append(draw(st.sampled_from(HUGE_NUMBER_TEXTS)))
+    text = yaml.dump(data, Dumper=FAST_DUMPER, sort_keys=False, default_flow_style=draw(st.sampled_from([False, None])))
+    return re.sub(r"__HUGE(\d+)__", lambda m: texts[int(m.group(1))], text), [_dotted(p) for p in chosen]
+
+
+def parse_file(path: Path, counts: Counter) -> None:
+    """One file through the file loader, then `servesim run`'s parse of it (load_experiment) and
+    `servesim sweep --dry-run`'s expansion (load_sweep): each succeeds or raises a ServesimError
+    naming the file in a bounded message. (The file is read once for both: YAML is the slow part.)"""
+    source = str(path)
+    try:
+        data = load_raw(path)
+    except ServesimError as exc:
+        check_message(exc, source)
+        problem = re.search(r"(YAML too large|YAML too deep|invalid YAML)", str(exc))
+        counts[f"rejected-by-loader ({problem.group(1) if problem else 'other'})"] += 1
+        return
+    for stage, parse in (("run", parse_experiment), ("sweep", expand)):
+        try:
+            parse(copy.deepcopy(data), source=source)
+        except ServesimError as exc:
+            check_message(exc, source)
+            counts[f"{stage}-rejected"] += 1
+        else:
+            counts[f"{stage}-ok"] += 1
+
+
+def check_message(exc: ServesimError, source: str) -> None:
+    message = str(exc)
+    assert message.startswith(source), f"message does not name the file: {message[:300]}"
+    assert len(message) <= MAX_MESSAGE_CHARS, f"message of {len(message)} characters: {message[:300]}..."
+
+
+def fuzz_files(tmp_path: Path, name: str, strategy: st.SearchStrategy, examples: int) -> Counter:
+    counts: Counter = Counter()
+    started = time.perf_counter()
+    path = tmp_path / "fuzz.yaml"
+
+    @settings(max_examples=examples, **FUZZ_SETTINGS)
+    @given(strategy)
+    def check(case):
+        text, _done = case
+        path.write_text(text)
+        with hang_guard(PARSE_HANG_S), memory_guard():
+            parse_file(path, counts)
+
+    check()
+    report(f"{name} ({examples} files)", counts, started)
+    return counts
+
+
+def test_fuzz_alias_heavy_yaml(tmp_path):
+    """Files with anchors and aliases in random fields, nested bombs among them."""
+    counts = fuzz_files(tmp_path, "alias-heavy YAML", alias_files(), ALIAS_EXAMPLES)
+    assert counts["run-ok"] > ALIAS_EXAMPLES // 20, "too few files parsed: are harmless aliases refused?"
+    assert counts["rejected-by-loader (YAML too large)"] > ALIAS_EXAMPLES // 20
+
+
+def test_fuzz_huge_numbers_yaml(tmp_path):
+    """Files with numbers past the float range (or past printing) in random numeric fields."""
+    counts = fuzz_files(tmp_path, "huge numbers in YAML", huge_number_files(), HUGE_EXAMPLES)
+    assert counts["run-rejected"] > HUGE_EXAMPLES // 4
+    assert counts["rejected-by-loader (invalid YAML)"] > HUGE_EXAMPLES // 20
+
+
+def test_huge_numbers_in_every_numeric_field(tmp_path):
+    """Every number of two experiments that between them set every numeric field (traces aside),
+    replaced in turn by each of HUGE_NUMBER_TEXTS as read from YAML: parsing and sweep expansion
+    succeed or raise a ServesimError in a bounded message."""
+    counts: Counter = Counter()
+    started = time.perf_counter()
+    values = []
+    for text in HUGE_NUMBER_TEXTS:  # each through the YAML loader once
+        try:
+            values.append(parse_yaml(f"x: {text}", source="fuzz.yaml")["x"])
+            counts["yaml-read"] += 1
+        except ServesimError as exc:
+            assert len(str(exc)) <= MAX_MESSAGE_CHARS
+            counts["yaml-refused"] += 1
+    num_fields = 0
+    for base in (_rich_experiment(), _sessions_experiment()):
+        parse_experiment(copy.deepcopy(base), source="fuzz.yaml")  # the base is valid
+        numeric = [p for p in all_paths(base) if _is_number(_get(base, p))]
+        num_fields += len(numeric)
+        for path in numeric:
+            for value in values:
+                data = copy.deepcopy(base)
+                _parent(data, path)[path[-1]] = value
+                with hang_guard(PARSE_HANG_S):
+                    for stage, parse in (("parse", parse_experiment), ("expand", expand)):
+                        try:
+                            parse(copy.deepcopy(data), source="fuzz.yaml")
+                            counts[f"{stage}-ok"] += 1
+                        except ServesimError as exc:
+                            assert str(exc).startswith("fuzz.yaml") and len(str(exc)) <= MAX_MESSAGE_CHARS, str(exc)[:300]
+                            counts[f"{stage}-rejected"] += 1
+    report(f"huge numbers, every numeric field ({num_fields} fields x {len(values)} values)", counts, started)
+    assert counts["yaml-refused"] >= 4 and counts["parse-rejected"] > counts["parse-ok"]
+
+
+def test_billion_laughs_sweep_dry_run_ends(tmp_path, capsys):
+    """The reported file: 9 nested alias levels (9**9 values written out) in a field that fails
+    validation made `servesim sweep --dry-run` run for ever; now the YAML is refused, in well
+    under a second, naming the file and the line of the anchor whose value is too large."""
+    levels = ["  l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"  l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    text = "\n".join([
+        "name: lol", "workload:", "  num_requests: 5", "  arrivals: {kind: poisson, rate: 1}",
+        "  prompt_len: {kind: fixed, value: 3}", "  output_len: {kind: fixed, value: 3}",
+        "policies: [{name: continuous}]", "sweep:", *levels, "variants: {v: {seed: *l8}}", "",
+    ])
+    assert len(text) < 800
+    path = tmp_path / "lol.yaml"
+    path.write_text(text)
+    started = time.perf_counter()
+    with hang_guard(PARSE_HANG_S), memory_guard():
+        assert main(["sweep", str(path), "--dry-run"]) == 2
+    assert time.perf_counter() - started < 5
+    message = capsys.readouterr().err
+    assert f"{path}: line 15, column 7: YAML too large" in message, message

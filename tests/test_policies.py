@@ -102,6 +102,34 @@ def test_reserve_admission_never_preempts():
     assert len(result.finished) == len(workload)
 
 
+def test_prompt_admission_ends_the_chunk_preemption_cycle():
+    # Request 1's first chunk fits beside request 0, its whole prompt does not. Admitted on its
+    # first chunk's blocks (optimistic, as vLLM v1), each later chunk finds no block, and the
+    # most recently admitted running request is request 1 itself: it preempts itself, is
+    # admitted again next step, recomputes its first chunk, and so on until request 0 finishes.
+    # Admitted on its whole prompt's blocks (prompt, as vLLM v0), it waits instead.
+    workload = [req(0, 0.0, 40, 30), req(1, 0.05, 40, 4)]
+    results = {}
+    for admission in ("optimistic", "prompt"):
+        policy, result = run(workload, "chunked_prefill", num_blocks=20, block_size=4, admission=admission,
+                             chunk_size=8, max_num_batched_tokens=16)
+        assert len(result.finished) == 2
+        results[admission] = {r.request_id: r for r in result.finished}
+    cycled, waited = results["optimistic"][1], results["prompt"][1]
+    assert cycled.num_preemptions >= 5 and cycled.num_recomputed_tokens >= 5 * 8
+    assert waited.num_preemptions == 0 and waited.num_recomputed_tokens == 0
+    # It could start only when request 0 left, either way.
+    assert waited.first_token_s == cycled.first_token_s
+
+
+def test_prompt_admission_allocates_the_whole_prompt():
+    policy = make_policy("chunked_prefill", num_blocks=100, block_size=4, admission="prompt", chunk_size=8)
+    policy.add(req(0, 0.0, 30, 5), 0.0)
+    plan = policy.schedule(0.0)
+    assert plan.seqs[0].num_new_tokens == 8
+    assert policy.bm.num_used_blocks == 8  # ceil(30 / 4), not the chunk's 2
+
+
 def test_watermark_keeps_blocks_free_at_admission():
     policy = make_policy("continuous", num_blocks=100, block_size=1, admission="watermark", watermark=0.2)
     for i in range(5):
@@ -121,7 +149,7 @@ def test_impossible_requests_are_rejected_with_a_reason_and_the_run_continues():
     assert "KV blocks" in rejected[2]
     assert sorted(r.request_id for r in result.finished) == [0, 3]
     summary = summarize(result.requests)
-    assert summary["num_rejected"] == 2 and summary["completed"] == 2
+    assert summary["num_rejected"] == summary["num_rejected_on_arrival"] == 2 and summary["completed"] == 2
 
 
 def test_time_horizon_reports_unfinished_requests():

@@ -33,6 +33,9 @@ def test_meets_needs_every_request_finished():
     assert not meets(summary, {"p90_ttft_ms": 80})
     assert not meets(dict(summary, completed=9), {"p90_ttft_ms": 100})
     assert not meets(dict(summary, p90_ttft_ms=None), {"p90_ttft_ms": 100})
+    # A request rejected as it arrived is rejected at any rate; one rejected later is overload.
+    assert meets(dict(summary, completed=9, num_rejected=1, num_rejected_on_arrival=1), {"p90_ttft_ms": 100})
+    assert not meets(dict(summary, completed=9, num_rejected=1, num_rejected_on_arrival=0), {"p90_ttft_ms": 100})
 
 
 def test_search_brackets_the_capacity(tmp_path: Path, capsys):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import copy
 import re
+import time
 
 import pytest
 
-from experiments.sweep import expand
+from experiments import sweep as sweep_module
+from experiments.sweep import count_values, expand
 from simcore.errors import ConfigError
 
 SOURCE = "exp.yaml"
@@ -118,3 +120,64 @@ def test_overrides_valid_only_together_are_accepted():
 def test_no_sweep_is_one_point():
     plan = expand(base(), source=SOURCE)
     assert len(plan.points) == 1 and plan.points[0].values == {} and plan.points[0].title == "base"
+
+
+# --- size limits: checked before any point is built -----------------------------------------------
+
+
+def test_a_grid_past_the_point_limit_is_refused_before_it_is_built():
+    # 100**10 combinations: itertools.product would never finish; the count is refused at once.
+    keys = ["seed", "workload.arrivals.rate", "workload.num_requests", "workload.prompt_len.value",
+            "workload.output_len.value", "policy.max_num_seqs", "policy.max_num_batched_tokens", "policy.watermark",
+            "kv_cache.block_size", "metrics.delivery_ms"]
+    sweep = {key: list(range(1, 101)) for key in keys}
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"exp\.yaml: sweep: this sweep has too many points \(100 x 100 x .* = "
+                                          r"100,000,000,000,000,000,000\); expected at most 10,000 points"):
+        expand(base(sweep=sweep), source=SOURCE)
+    assert time.perf_counter() - started < 1
+
+
+def test_the_point_limit_counts_variants_times_combinations(monkeypatch):
+    monkeypatch.setattr(sweep_module, "MAX_SWEEP_POINTS", 6)
+    variants = {"a": {}, "b": {"kv_cache.block_size": 8}}
+    assert len(expand(base(sweep={"seed": [1, 2, 3]}, variants=variants), source=SOURCE).points) == 6
+    with pytest.raises(ConfigError, match=r"too many points \(2 x 4 = 8\)"):
+        expand(base(sweep={"seed": [1, 2, 3, 4]}, variants=variants), source=SOURCE)
+    with pytest.raises(ConfigError, match=r"exp\.yaml: variants: this sweep has too many points \(7 = 7\)"):
+        expand(base(variants={f"v{i}": {} for i in range(7)}), source=SOURCE)
+
+
+def test_copies_of_a_large_experiment_are_bounded():
+    # 100,000 values in the base, copied into each of 300 points: 30M values, past the 20M allowed.
+    data = base(sweep={"seed": list(range(300))})
+    data["workload"]["prompt_len"] = {"kind": "empirical", "values": list(range(1, 100_001))}
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"exp\.yaml: sweep: this sweep would copy too much: its 300 points each "
+                                          r"hold a copy of the experiment, which has more than 66,666 values"):
+        expand(data, source=SOURCE)
+    assert time.perf_counter() - started < 2
+    data["sweep"] = {"seed": [1, 2]}  # the same experiment over a few points is fine
+    assert len(expand(data, source=SOURCE).points) == 2
+
+
+def test_count_values_stops_early():
+    shared = [1] * 10
+    for _ in range(12):
+        shared = [shared] * 10  # 10**13 values written out
+    # The mapping, its 2 keys, the list and its 2 items, the inner mapping, its key and value.
+    assert count_values({"a": [1, 2], "b": {"c": 3}}, stop=100) == 9
+    assert count_values(shared, stop=1000) == 1001
+
+
+def test_messages_and_titles_never_print_a_large_value():
+    big = list(range(100_000))
+    long_text = "x" * 100_000
+    with pytest.raises(ConfigError) as err:
+        expand(base(sweep={"seed": [big]}), source=SOURCE)
+    assert len(str(err.value)) < 500 and "sweep key 'seed': value [0, 1, 2, 3, 4, 5, ...]" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        expand(base(sweep={"name": [long_text], "seed": [big]}), source=SOURCE)
+    assert len(str(err.value)) < 500
+    plan = expand(base(sweep={"description": [long_text, "short"]}), source=SOURCE)
+    assert len(plan.points[0].title) <= 130 and plan.points[1].title == "description=short"

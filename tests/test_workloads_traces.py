@@ -172,3 +172,80 @@ def test_unsorted_trace_is_sorted_stably(tmp_path):
     requests, _ = load({"trace": {"path": "t.csv", "format": "csv"}}, base_dir=tmp_path)
     assert rows(requests) == [(0.0, 2, 2), (0.0, 3, 3), (2.0, 1, 1)]
     assert np.all(np.diff([r.request_id for r in requests]) == 1)
+
+
+# --- keep_absolute and the simulation clock's start ------------------------------------------------
+
+
+def ttfts(trace: dict, base_dir: Path) -> list[tuple[float, float, float]]:
+    """(arrival_s, first_token_s, ttft_s) of each request of `trace` run on an idle engine whose
+    every step takes 10 ms."""
+    from experiments.config import parse_experiment
+    from experiments.runner import run_experiment
+
+    exp = parse_experiment({
+        "name": "abs", "model": "llama-3.1-8b", "hardware": "h100-sxm",
+        "kv_cache": {"block_size": 16, "num_blocks": 64}, "workload": {"trace": trace},
+        "cost_model": {"name": "constant", "step_s": 0.01}, "policies": [{"name": "continuous"}],
+        "output": {"plots": False},
+    }, source=str(base_dir / "exp.yaml"))
+    frame = run_experiment(exp, source=None, out_dir=None).runs[0].requests
+    return list(zip(frame["arrival_s"], frame["first_token_s"], frame["ttft_s"], strict=True))
+
+
+def test_keep_absolute_ttft_is_first_token_minus_arrival(tmp_path):
+    """The file's own clock (here from 100 s): no request is charged time before it arrived, so
+    each TTFT is its first-token time minus its arrival, the same as on the trace's clock from 0."""
+    (tmp_path / "t.csv").write_text("arrival_s,prompt_len,output_len\n100,16,4\n100.5,16,4\n")
+    trace = {"path": str(tmp_path / "t.csv"), "format": "csv"}
+    absolute = ttfts({**trace, "keep_absolute": True}, tmp_path)
+    relative = ttfts(trace, tmp_path)
+    assert [a for a, _, _ in absolute] == [100.0, 100.5]
+    for arrival, first_token, ttft in absolute:
+        assert first_token > arrival and ttft == first_token - arrival
+    assert [t for _, _, t in absolute] == pytest.approx([t for _, _, t in relative])
+    assert [t for _, _, t in relative] == pytest.approx([0.01, 0.01])
+
+
+def test_keep_absolute_arrival_before_the_clock_start_is_an_error(tmp_path):
+    """Was: a request at -5 s was delivered at 0 s, the simulation clock's start, and charged
+    the 5 s in its TTFT (5.01 s for a 10 ms step)."""
+    from simcore.errors import ConfigError
+
+    (tmp_path / "t.csv").write_text("ts,prompt_len,output_len\n1,16,4\n-5,16,4\n")
+    trace = {"path": "t.csv", "format": "csv", "columns": {"arrival_s": "ts"}, "keep_absolute": True}
+    with pytest.raises(ConfigError, match=r"t.csv: row 2, column 'ts': arrives at -5 s with keep_absolute: "
+                                          r"true, before the simulation clock starts \(0 s\)"):
+        load({"trace": trace}, base_dir=tmp_path)
+    # Rows before 0 left out by the window, or the clock shifted to the first request: fine.
+    requests, _ = load({"trace": {**trace, "time_window": [0, 10]}}, base_dir=tmp_path)
+    assert rows(requests) == [(1.0, 16, 4)]
+    shifted = ttfts({**trace, "path": str(tmp_path / "t.csv"), "shift_to_zero": True}, tmp_path)
+    assert [a for a, _, _ in shifted] == [0.0, 6.0]
+    assert [t for _, _, t in shifted] == pytest.approx([0.01, 0.01])
+
+
+def test_keep_absolute_azure_time_before_1970_is_an_error(tmp_path):
+    from simcore.errors import ConfigError
+
+    (tmp_path / "a.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    "1969-12-31 23:59:59,16,4\n1970-01-01 00:00:01,16,4\n")
+    with pytest.raises(ConfigError, match=r"a.csv: row 1, column 'TIMESTAMP': arrives at -1 s with keep_absolute"):
+        load({"trace": {"path": "a.csv", "format": "azure", "keep_absolute": True}}, base_dir=tmp_path)
+    requests, _ = load({"trace": {"path": "a.csv", "format": "azure"}}, base_dir=tmp_path)
+    assert [r.arrival_s for r in requests] == [0.0, 2.0]
+
+
+def test_azure_times_from_the_first_keep_every_fractional_digit(tmp_path):
+    """Was: epoch seconds became floats (0.24 us apart at 2023) before the first was taken off."""
+    (tmp_path / "a.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    "2023-11-16 18:15:46.0000000,16,4\n2023-11-16 18:15:46.0000001,16,4\n")
+    frame = read_azure(tmp_path / "a.csv").frame
+    assert frame["arrival_s"].tolist() == [0.0, 1e-7]
+
+
+def test_azure_utc_offsets(tmp_path):
+    (tmp_path / "a.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                    "2023-03-26 01:59:00+01:00,16,4\n2023-03-26 03:01:00+02:00,16,4\n")
+    frame = read_azure(tmp_path / "a.csv").frame  # a daylight saving change: 2 minutes apart
+    assert frame["arrival_s"].tolist() == [0.0, 120.0]

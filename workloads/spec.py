@@ -21,6 +21,7 @@ Every model forbids unknown keys, so a typo is an error naming the key, never si
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -38,8 +39,13 @@ if TYPE_CHECKING:
 # Largest token count a length may have (prompt, output, cap): beyond int32 nothing real runs,
 # and it keeps every sum of lengths inside int64.
 MAX_TOKENS = 2**31 - 1
-# Largest number of requests, sessions or prefixes a workload may ask for.
-MAX_COUNT = 10**9
+# Largest number of requests, sessions (and turns of all sessions together), prefixes or sampled
+# trace rows a workload may ask for: what a run can hold on the documented 2-core, 24 GiB machine.
+# A run keeps about 1.7 KB per request (1M requests peak at 1.6-1.8 GiB, benchmarks/README.md)
+# and about 0.35 KB per request for each further policy (each keeps its requests table), so 5M
+# requests take some 8.5 GB with one policy and 14 GB with four, leaving room for the largest KV
+# cache servesim tracks (experiments.runner.MAX_BLOCKS: some 8.4 GB of device and host block state).
+MAX_COUNT = 5_000_000
 # Request priorities: any int32, negatives included (vLLM's default is 0, lower first); ample for any
 # labelling scheme, and every value fits an int32 column of a results or trace file.
 MIN_PRIORITY = -(2**31)
@@ -264,6 +270,7 @@ class PrefixSpec(StrictModel):
     the workload's `prompt_len` distribution then describes the suffix only.
     """
 
+    # Size of the prefix pool.
     num_prefixes: int = Field(ge=1, le=MAX_COUNT)
     prefix_len: LengthDist
     choice: Annotated[UniformChoice | ZipfChoice, Field(discriminator="kind")] = UniformChoice(kind="uniform")
@@ -277,6 +284,7 @@ class SessionSpec(StrictModel):
     `message_len` (defaults to `prompt_len`); outputs from `output_len`.
     """
 
+    # Sessions drawn; their turns together may be at most 5,000,000 requests too.
     num_sessions: int = Field(ge=1, le=MAX_COUNT)
     turns: LengthDist
     think_time_s: DurationDist
@@ -295,6 +303,7 @@ GENERIC_COLUMNS = (
 class TraceSample(StrictModel):
     """A random subset of n rows (conversations for sharegpt), kept in arrival order."""
 
+    # Rows kept.
     n: int = Field(ge=1, le=MAX_COUNT)
     seed: int | None = Field(default=None, ge=0, description="defaults to a stream of the experiment seed")
     replace: bool = Field(default=False, description="draw with replacement (resampling), so n may exceed the rows")
@@ -307,7 +316,9 @@ class TraceBase(StrictModel):
 
 
 class TimedTrace(TraceBase):
-    keep_absolute: bool = Field(default=False, description="keep the file's own clock instead of 0 = first row")
+    keep_absolute: bool = Field(
+        default=False, description="keep the file's own clock instead of 0 = first row (the simulation starts at 0 s: an earlier arrival is an error)"
+    )
     shift_to_zero: bool = Field(default=False, description="after windowing/sampling, start the first request at 0")
     time_window: tuple[float, Annotated[float, Field(allow_inf_nan=True)]] | None = Field(default=None, description="[start_s, end_s): keep rows inside")
     time_scale: float | None = Field(default=None, gt=0, description="multiply every gap")
@@ -321,6 +332,14 @@ class TimedTrace(TraceBase):
         if self.time_window is not None:
             _check_order(self.time_window[0], self.time_window[1], "time_window start", "end")
         return self
+
+    @field_validator("time_window")
+    @classmethod
+    def _window_end_is_a_time(cls, window: tuple[float, float] | None) -> tuple[float, float] | None:
+        # The end may be .inf (no end) but not NaN, which every arrival time compares false against.
+        if window is not None and math.isnan(window[1]):
+            raise PydanticCustomError("nan", "time_window end must be a time in seconds or .inf (no end), found nan")
+        return window
 
 
 class GenericTrace(TimedTrace):
@@ -412,6 +431,8 @@ TraceSpec = Annotated[
 
 
 class WorkloadSpec(StrictModel):
+    # Requests drawn (synthetic); for traces and sessions an upper bound. At most 5,000,000: a run
+    # holds about 1.7 KB per request, and 0.35 KB more per request for each further policy.
     num_requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     arrivals: ArrivalSpec | None = None
     prompt_len: LengthDist | None = None

@@ -28,14 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
-
     from backends.base import CostContext
     from backends.calibration import FITTABLE, fit_roofline, write_calibration
     from backends.profiled import check_geometry, read_profile
     from backends.roofline import make_roofline
     from simcore.model import DTYPE_BYTES
     from simcore.presets import get_model
+    from simcore.validate import parse_yaml
 
     table = read_profile(args.profile)
     spec = get_model(args.model)
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         key, sep, raw = item.partition("=")
         if not sep:
             raise ServesimError(f"--set expects KEY=VALUE, found {item!r}")
-        fixed[key.strip()] = yaml.safe_load(raw)
+        fixed[key.strip()] = parse_yaml(raw, where=f"--set {key.strip()}")
     ctx = CostContext(model=spec, hardware_name=args.hardware, kv_dtype_bytes=DTYPE_BYTES[kv_dtype],
                       weight_dtype_bytes=DTYPE_BYTES[weight_dtype], tensor_parallel=args.tensor_parallel)
     check_geometry(table, ctx, str(args.profile))

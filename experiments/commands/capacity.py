@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from experiments.commands.arg_types import positive_float
 from experiments.sweep_exec import EXECUTORS
 
 
@@ -15,9 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo", required=True,
                         help="comma-separated limits in ms on summary metrics, e.g. ttft_p90_ms=500,tpot_p90_ms=50 "
                              "(metrics ttft/tpot/itl/e2el; stats mean/median/p50/p90/p95/p99)")
-    parser.add_argument("--low", type=float, default=0.25, help="lowest rate searched (req/s)")
-    parser.add_argument("--high", type=float, default=64.0, help="highest rate searched (req/s)")
-    parser.add_argument("--tol", type=float, default=0.1, help="stop when the bracket is this narrow (req/s)")
+    parser.add_argument("--low", type=positive_float, default=0.25, help="lowest rate searched (req/s)")
+    parser.add_argument("--high", type=positive_float, default=64.0, help="highest rate searched (req/s)")
+    parser.add_argument("--tol", type=positive_float, default=0.1,
+                        help="stop when the bracket is this narrow (req/s)")
     parser.add_argument("--param", default="workload.arrivals.rate",
                         help="the rate's dotted path (e.g. workload.trace.target_rate for a trace)")
     parser.add_argument("--out", type=Path, default=None, help="folder for probes, capacity.json and the plot "
@@ -35,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from experiments.capacity_search import CapacityResult, build_series, parse_slo, search, write_result
     from experiments.config import apply_overrides, load_yaml
+    from experiments.io import locked_folder
     from experiments.report_capacity import capacity_table
     from experiments.report_plot_capacity import capacity_title, plot_capacity
 
@@ -56,13 +59,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"servesim: {name}: {len(series)} searches over {args.param} in [{args.low:g}, {args.high:g}] "
               f"-> {out}", file=sys.stderr)
-    search(series, slo, out, low=args.low, high=args.high, tol=args.tol, source=source, param=args.param,
-           jobs=jobs, executor=args.executor, address=args.address, on_round=on_round)
-    capacity = CapacityResult(name, slo, args.param, (args.low, args.high, args.tol), series)
-    path = write_result(capacity, out)
-    result = capacity.as_json()
+    with locked_folder(out):
+        search(series, slo, out, low=args.low, high=args.high, tol=args.tol, source=source, param=args.param,
+               jobs=jobs, executor=args.executor, address=args.address, on_round=on_round)
+        capacity = CapacityResult(name, slo, args.param, (args.low, args.high, args.tol), series)
+        result = capacity.as_json()
+        # capacity.json last: it marks the folder complete (search removed an earlier one first).
+        plot_capacity(result, capacity_title(out), out)
+        path = write_result(capacity, out)
     print(capacity_table(result))
-    plot_capacity(result, capacity_title(out), out)
     print(f"results: {path} (plot: {out / 'capacity.png'})")
     return 1 if any(s.status == "error" for s in series) else 0
 

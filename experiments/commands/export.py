@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.io import atomic_write_text
+    from experiments.io import atomic_write_text, path_under
     from experiments.report import clean_row
     from experiments.report_load import load_results, read_policy_table, read_resolved
     from experiments.vllm_interop import result_date, to_vllm
@@ -47,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
         policy_folder = results.policy_folder(row)
         data = to_vllm(row, read_policy_table(policy_folder, "requests"), read_policy_table(policy_folder, "steps"),
                        read_resolved(policy_folder.parent), date=date)
-        sub = Path(row["point_id"]) if row.get("point_id") else Path()
-        path = args.out if single_file else folder / sub / f"{row['label']}.json"
+        sub = str(row["point_id"]) if row.get("point_id") else ""
+        # Labels and point ids are read from the results folder: path_under keeps even a
+        # hand-edited one from placing a file outside the export folder.
+        path = args.out if single_file else path_under(folder, sub, f"{row['label']}.json")
         # Compact, as vLLM writes it: the per-request lists would otherwise take a line per number.
         atomic_write_text(path, json.dumps(data) + "\n")
         print(path)

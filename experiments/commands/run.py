@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from experiments.config import load_experiment
+    from experiments.io import locked_folder
     from experiments.runner import run_experiment
     from experiments.table import format_summary_table
     from simcore.errors import ConfigError
@@ -41,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     if echo:
         echo(f"servesim: {exp.name}: {len(exp.policies)} policies -> {out}")
     try:
-        result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
+        with locked_folder(out):
+            result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
     except BaseException:
         # A run that fails before writing anything (a trace not found, say) leaves no empty
         # folder behind; one with some results keeps them.

@@ -12,8 +12,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
 from simcore.errors import ServesimError
 
 
@@ -47,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
                             "(pip install 'servesim[torch]')") from None
     from experiments.config import load_experiment
     from experiments.fidelity import format_report, resolve_setup, run_validation
+    from experiments.io import locked_folder
+    from simcore.validate import parse_yaml
 
     exp = load_experiment(args.experiment, args.overrides)
     engine = {}
@@ -54,14 +54,15 @@ def run(args: argparse.Namespace) -> int:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ServesimError(f"--engine expects KEY=VALUE, found {item!r}")
-        engine[key.strip()] = yaml.safe_load(raw)
+        engine[key.strip()] = parse_yaml(raw, where=f"--engine {key.strip()}")
     against = [a.strip() for a in args.against.split(",") if a.strip()] if args.against else None
     setup = resolve_setup(exp, source=args.experiment, device=args.device, against=against, profile=args.profile,
                           calibration=args.calibration, torch_params=engine)
     if args.threads:
         setup.torch_params["_threads"] = args.threads
     echo = None if args.quiet else (lambda line: print(line, file=sys.stderr))
-    result = run_validation(exp, setup, source=args.experiment, out_dir=args.out, echo=echo)
+    with locked_folder(args.out):
+        result = run_validation(exp, setup, source=args.experiment, out_dir=args.out, echo=echo)
     print(format_report(result.report))
     print(f"results: {args.out} (fidelity.json, step_pairs.parquet, request_pairs.parquet, plots/)")
     return 0

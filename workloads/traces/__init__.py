@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
+from simcore.errors import ConfigError
 from workloads.durations import sample_durations
 from workloads.spec import (
     AzureTrace,
@@ -25,7 +29,7 @@ from workloads.traces.common import TraceData
 def load_trace(spec: WorkloadSpec, *, seed: int, base_dir: Path, source: str | None = None) -> TraceData:
     """The requests of `spec.trace` as a frame sorted by arrival, options applied, plus notes."""
     from workloads.traces.builtin import resolve_trace_path
-    from workloads.traces.options import apply_time_options
+    from workloads.traces.options import apply_time_options, check_arrivals
 
     trace = spec.trace
     assert trace is not None
@@ -38,6 +42,7 @@ def load_trace(spec: WorkloadSpec, *, seed: int, base_dir: Path, source: str | N
     frame, notes = apply_time_options(
         data.frame, trace, seed=seed, arrivals=spec.arrivals, max_requests=cap, source=source
     )
+    check_arrivals(frame, keep_absolute=trace.keep_absolute, path=path, column=data.arrival_column, unit=data.unit)
     return TraceData(frame, data.notes + notes)
 
 
@@ -95,10 +100,27 @@ def _load_sharegpt(
                                       max_tokens=spec.max_tokens)
     if num_empty:
         notes.append(f"{path.name}: left out {num_empty} conversation(s) without a reply to a prompt")
+    _check_prompt_lengths(frame, path)
     frame = frame.sort_values("arrival_s", kind="stable").reset_index(drop=True)
     if cap is not None:
         frame = frame.iloc[:cap]
     return TraceData(frame, notes)
+
+
+def _check_prompt_lengths(frame: pd.DataFrame, path: Path) -> None:
+    """A turn's prompt is its whole conversation so far: past MAX_TOKENS (estimated with a small
+    chars_per_token, or a very long conversation) it is an error naming the conversation."""
+    from workloads.spec import MAX_TOKENS
+
+    too_long = np.flatnonzero(frame["prompt_len"].to_numpy() > MAX_TOKENS)
+    if len(too_long):
+        i = int(too_long[0])
+        conversation = int(frame["session_id"].iat[i].removeprefix("s")) + 1
+        raise ConfigError(
+            f"turn {int(frame['turn'].iat[i]) + 1}'s prompt (the conversation so far) has "
+            f"{int(frame['prompt_len'].iat[i])} tokens", source=str(path), where=f"conversation {conversation}",
+            expected=f"at most {MAX_TOKENS}",
+        )
 
 
 def _cap(*limits: int | None) -> int | None:

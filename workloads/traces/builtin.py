@@ -25,8 +25,16 @@ def resolve_trace_path(path: str, *, base_dir: Path, source: str | None = None) 
                 expected=f"one of {['builtin:' + k for k in BUILTIN_TRACES]}", found=name, choices=list(BUILTIN_TRACES),
             )
         return BUILTIN_TRACES[name]
-    resolved = (Path(base_dir) / expand_home(path)).resolve()
-    if not resolved.is_file():
+    try:
+        resolved = (Path(base_dir) / expand_home(path)).resolve()
+        is_file = resolved.is_file()
+    except (OSError, ValueError) as exc:
+        # A NUL byte or a lone surrogate (ValueError), a name past the file system's limit (OSError).
+        from workloads.traces.common import shown
+
+        raise ConfigError(f"not a usable path ({shown(str(exc))})", source=source, where="workload.trace.path",
+                          found=shown(path)) from None
+    if not is_file:
         raise ConfigError(
             "trace file not found", source=source, where="workload.trace.path",
             expected=f"a file (relative paths start at {base_dir})", found=str(resolved),

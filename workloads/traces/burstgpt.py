@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from simcore.errors import ConfigError
-from workloads.traces.common import TraceData, finish, numbers, read_csv, require_columns, token_counts
+from workloads.traces.common import TraceData, finish, numbers, read_csv, require_columns, shown, token_counts
 
 COLUMNS = ["Timestamp", "Model", "Request tokens", "Response tokens", "Log Type"]
 
@@ -32,6 +32,10 @@ def read_burstgpt(
     notes: list[str] = []
     keep = np.ones(len(frame), dtype=bool)
     for column, wanted, option in (("Model", models, "model"), ("Log Type", log_types, "log_type")):
+        if wanted == []:
+            # An empty list would keep no row: surely not what was meant.
+            raise ConfigError("an empty list selects no rows", source=option_source, where=f"workload.trace.{option}",
+                              expected="a name, a list of names, or no key (every row)")
         if wanted:
             keep &= _matching(frame[column], wanted, option=option, path=path, option_source=option_source)
 
@@ -49,7 +53,7 @@ def read_burstgpt(
         "prompt_len": prompt,
         "output_len": output[keep],
     })
-    return TraceData(finish(out, keep_absolute=keep_absolute), notes)
+    return TraceData(finish(out, keep_absolute=keep_absolute), notes, arrival_column="Timestamp")
 
 
 def _matching(
@@ -58,8 +62,10 @@ def _matching(
     present = sorted(values.dropna().astype(str).unique().tolist())
     for name in wanted:
         if name not in present:
+            # A log may hold thousands of distinct names: the message lists a few.
+            listed = shown(", ".join(repr(p) for p in present[:10]) + (", ..." if len(present) > 10 else ""))
             raise ConfigError(
                 f"no rows with this value in {path.name}", source=option_source, where=f"workload.trace.{option}",
-                expected=f"one of {present}", found=name, choices=present,
+                expected=f"one of {listed}", found=shown(name), choices=present,
             )
     return values.astype(str).isin(wanted).to_numpy()

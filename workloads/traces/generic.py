@@ -11,8 +11,6 @@ there every row needs one, as for `turn`).
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +19,28 @@ import pandas as pd
 
 from simcore.errors import ConfigError
 from simcore.request import Segment
-from workloads.spec import GENERIC_COLUMNS, MAX_PRIORITY, MIN_PRIORITY
+from workloads.spec import GENERIC_COLUMNS, MAX_PRIORITY, MAX_TOKENS, MIN_PRIORITY
 from workloads.traces.common import (
     TraceData,
+    decode_json,
     finish,
+    holds_lone_surrogate,
     number_turns,
     numbers,
     read_csv,
     read_jsonl,
     require_columns,
-    text_or_none,
+    shown,
+    text_cells,
     token_counts,
     where,
     whole_numbers,
+    with_rows,
 )
 
 SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+# Token ids are vocabulary indices, kept as int64 wherever they are stored (Parquet, numpy, torch).
+MAX_TOKEN_ID = 2**63 - 1
 
 
 def read_generic(
@@ -65,13 +69,14 @@ def read_generic(
         out["prompt_len"] = token_counts(frame, names["prompt_len"], source=path, unit=unit)
     for ours in ("session_id", "cache_salt", "adapter_id"):
         if names[ours] in header:
-            out[ours] = text_or_none(frame[names[ours]])
+            out[ours] = text_cells(frame, names[ours], source=path, unit=unit)
     if names["turn"] in header:
         out["turn"] = token_counts(frame, names["turn"], source=path, unit=unit, minimum=0)
     if names["priority"] in header:
         out["priority"] = whole_numbers(frame, names["priority"], source=path, unit=unit, low=MIN_PRIORITY,
                                         high=MAX_PRIORITY, problem="bad priority")
-    return TraceData(number_turns(finish(out, keep_absolute=keep_absolute)))
+    return TraceData(number_turns(finish(out, keep_absolute=keep_absolute)), arrival_column=names["arrival_s"],
+                     unit=unit)
 
 
 def _load(path: Path, fmt: str) -> tuple[pd.DataFrame, str]:
@@ -80,9 +85,7 @@ def _load(path: Path, fmt: str) -> tuple[pd.DataFrame, str]:
     if fmt == "parquet":
         return _read_parquet(path), "row"
     records, lines = read_jsonl(path)
-    frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
-    frame["row"] = np.asarray(lines, dtype=np.int64)
-    return frame, "line"
+    return with_rows(pd.DataFrame.from_records(records), lines), "line"
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -91,10 +94,9 @@ def _read_parquet(path: Path) -> pd.DataFrame:
     except FileNotFoundError:
         raise ConfigError("cannot open trace (no such file)", source=str(path)) from None
     except Exception as exc:  # pyarrow raises several unrelated types for a damaged file
-        raise ConfigError(f"not a readable Parquet file ({exc})", source=str(path)) from None
-    frame = frame.reset_index(drop=True)
-    frame["row"] = np.arange(1, len(frame) + 1)
-    return frame
+        detail = shown(" ".join(str(exc).split()))
+        raise ConfigError(f"not a readable Parquet file ({detail})", source=str(path)) from None
+    return with_rows(frame.reset_index(drop=True), np.arange(1, len(frame) + 1))
 
 
 def _content_columns(
@@ -127,7 +129,7 @@ def _content_columns(
         if any(d != _as_number(value) for d in derived):
             raise ConfigError(
                 "prompt_len disagrees with the prompt content", source=str(source), where=where(unit, rows[i], label),
-                expected=f"{derived[0]} (the token ids' count / the segments' sum)", found=_plain_value(value),
+                expected=f"{derived[0]} (the token ids' count / the segments' sum)", found=shown(value),
             )
     lens_frame = pd.DataFrame({"p": given.to_numpy(), "row": rows})
     prompt_lens = token_counts(lens_frame, "p", source=source, unit=unit, label=label)
@@ -146,21 +148,20 @@ def _prefix_segments(frame, names, header, segs, prompt_lens, rows, source, unit
             f"column {names['prefix_key']!r} needs a {names['prefix_len']!r} column", source=str(source),
             where="header",
         )
-    keys = text_or_none(frame[names["prefix_key"]])
+    keys = text_cells(frame, names["prefix_key"], source=source, unit=unit)
     lens = frame[names["prefix_len"]]
     result = list(segs)
     for i, key in enumerate(keys):
         if key is None or segs[i] is not None:
             continue
-        n = _as_number(lens.iat[i])
-        # An empty cell reads as NaN (and "inf" as infinity): neither is a whole number.
-        if not isinstance(n, (int, float)) or not math.isfinite(n) or n != int(n) or not 1 <= n <= prompt_lens[i]:
+        n = _as_whole(lens.iat[i])
+        if n is None or not 1 <= n <= prompt_lens[i]:
             raise ConfigError(
                 "bad prefix length", source=str(source), where=where(unit, rows[i], names["prefix_len"]),
-                expected=f"a whole number from 1 to prompt_len ({prompt_lens[i]})", found=lens.iat[i],
+                expected=f"a whole number from 1 to prompt_len ({prompt_lens[i]})", found=shown(lens.iat[i]),
             )
-        tail = int(prompt_lens[i]) - int(n)
-        result[i] = ((key, int(n)), (f"row:{rows[i]}", tail)) if tail else ((key, int(n)),)
+        tail = int(prompt_lens[i]) - n
+        result[i] = ((key, n), (f"row:{rows[i]}", tail)) if tail else ((key, n),)
     return result
 
 
@@ -173,7 +174,7 @@ def _per_row(frame, column, header, rows, source, unit, parse) -> list:
             parsed.append(parse(value))
         except ValueError as exc:
             raise ConfigError(
-                str(exc), source=str(source), where=where(unit, row, column), found=_short(value)
+                str(exc), source=str(source), where=where(unit, row, column), found=shown(value)
             ) from None
     return parsed
 
@@ -182,8 +183,8 @@ def _token_ids(value: Any) -> tuple[int, ...] | None:
     value = _decoded(value)
     if value is None:
         return None
-    if not isinstance(value, (list, tuple)) or not all(_is_count(x, 0) for x in value):
-        raise ValueError("prompt_token_ids must be a list of non-negative integers")
+    if not isinstance(value, (list, tuple)) or not all(_is_count(x, 0, MAX_TOKEN_ID) for x in value):
+        raise ValueError(f"prompt_token_ids must be a list of whole numbers from 0 to {MAX_TOKEN_ID}")
     if not value:
         raise ValueError("prompt_token_ids is empty")
     return tuple(int(x) for x in value)
@@ -197,8 +198,10 @@ def _segments(value: Any) -> tuple[Segment, ...] | None:
         raise ValueError("segments must be a non-empty list of [content_key, num_tokens] pairs")
     result = []
     for item in value:
-        if not (isinstance(item, (list, tuple)) and len(item) == 2 and _is_count(item[1], 1)):
-            raise ValueError("each segment must be [content_key, num_tokens >= 1]")
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and _is_count(item[1], 1, MAX_TOKENS)
+                and isinstance(item[0], (str, int, float, np.integer, np.floating))):
+            raise ValueError(f"each segment must be [content_key, num_tokens from 1 to {MAX_TOKENS}], the key a "
+                             "string or number")
         result.append((str(item[0]), int(item[1])))
     return tuple(result)
 
@@ -210,34 +213,36 @@ def _decoded(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return [v.tolist() if isinstance(v, np.ndarray) else v for v in value.tolist()]
     if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            raise ValueError("not valid JSON") from None
+        decoded = decode_json(value)
+        # JSON text may escape a lone surrogate (\\ud800), which no text file can hold.
+        if "\\u" in value and holds_lone_surrogate(decoded):
+            raise ValueError("text with a lone UTF-16 surrogate (\\ud800-\\udfff), not Unicode")
+        return decoded
     return value
 
 
-def _is_count(value: Any, minimum: int) -> bool:
-    if isinstance(value, bool):
+def _is_count(value: Any, minimum: int, maximum: int) -> bool:
+    if isinstance(value, (bool, np.bool_)):
         return False
     if isinstance(value, (int, np.integer)):
-        return value >= minimum
-    return isinstance(value, float) and value.is_integer() and value >= minimum
+        return minimum <= value <= maximum
+    return isinstance(value, (float, np.floating)) and value.is_integer() and minimum <= value <= maximum
 
 
 def _as_number(value: Any) -> Any:
+    """A cell as a float where it reads as one, else as it is (text, or an int past the float range)."""
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return value
 
 
-def _plain_value(value: Any) -> Any:
-    """A cell as a plain Python value (numpy scalars print as np.int64(10) otherwise)."""
-    return value.item() if isinstance(value, np.generic) else value
-
-
-def _short(value: Any) -> Any:
-    """The cell as found (ConfigError quotes it), cut short when long."""
-    text = repr(value)
-    return value if len(text) <= 60 else text[:57] + "..."
+def _as_whole(value: Any) -> int | None:
+    """A cell as an int where it is a whole number (an int, or a float or text of one), else None
+    (an empty cell reads as NaN, and "inf" as infinity: neither is whole)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    number = _as_number(value)
+    return int(number) if isinstance(number, float) and number.is_integer() else None

@@ -10,19 +10,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from simcore.errors import ConfigError
 from simcore.request import Segment
-from workloads.traces.common import TraceData, finish, numbers, read_jsonl, require_columns, token_counts, where
+from workloads.traces.common import (
+    TraceData,
+    finish,
+    numbers,
+    read_jsonl,
+    require_columns,
+    shown,
+    token_counts,
+    where,
+    with_rows,
+)
+
+# Hash ids name blocks; they are stored as int64 wherever they are kept.
+INT64 = (-(2**63), 2**63 - 1)
 
 
 def read_mooncake(path: Path, *, block_size: int = 512, keep_absolute: bool = False) -> TraceData:
     """A Mooncake JSONL trace with block-hash content as segments."""
     records, lines = read_jsonl(path)
-    frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
-    frame["row"] = np.asarray(lines, dtype=np.int64)
+    frame = with_rows(pd.DataFrame.from_records(records), lines)
     require_columns(
         [c for c in frame.columns if c != "row"], ["timestamp", "input_length", "output_length", "hash_ids"],
         source=path,
@@ -39,15 +50,21 @@ def read_mooncake(path: Path, *, block_size: int = 512, keep_absolute: bool = Fa
         "output_len": token_counts(frame, "output_length", source=path, unit="line"),
         "segments": segments,
     })
-    return TraceData(finish(out, keep_absolute=keep_absolute))
+    return TraceData(finish(out, keep_absolute=keep_absolute), arrival_column="timestamp", unit="line")
 
 
 def _segments(hash_ids: object, prompt_len: int, line: int, block_size: int, path: Path) -> tuple[Segment, ...]:
-    if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hash_ids):
+    if not isinstance(hash_ids, list):
         raise ConfigError(
             "hash_ids must be a list of integers", source=str(path), where=where("line", line, "hash_ids"),
-            found=type(hash_ids).__name__,
+            found=shown(hash_ids),
         )
+    for k, h in enumerate(hash_ids):
+        if not isinstance(h, int) or isinstance(h, bool) or not INT64[0] <= h <= INT64[1]:
+            raise ConfigError(
+                f"hash id {k + 1} is not an integer in int64 range", source=str(path),
+                where=where("line", line, "hash_ids"), found=shown(h),
+            )
     num_blocks = -(-prompt_len // block_size)
     if len(hash_ids) > num_blocks:
         raise ConfigError(

@@ -24,6 +24,7 @@ import pandas as pd
 from simcore.errors import ConfigError
 from simcore.request import Segment
 from workloads.sessions import session_table
+from workloads.traces.common import SURROGATE_ESCAPE, holds_lone_surrogate, json_problem, shown
 
 USER_ROLES = ("human", "user")
 MODEL_ROLES = ("gpt", "assistant", "chatgpt", "bard", "model")
@@ -40,27 +41,33 @@ class Conversation:
 def load_conversations(path: Path) -> list[Conversation]:
     """Every conversation of a ShareGPT file, with roles checked."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(path, "rb") as handle:
+            raw = handle.read()
     except OSError as exc:
         raise ConfigError(f"cannot open trace ({exc.strerror})", source=str(path)) from None
+    try:
+        # A byte-order mark, as some Windows tools write, may start the file.
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text (byte {exc.start})", source=str(path), expected="a UTF-8 JSON file") from None
-    except RecursionError:
-        raise ConfigError("invalid JSON (nested too deeply)", source=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"invalid JSON ({exc.msg})", source=str(path), where=f"line {exc.lineno}") from None
+    try:
+        data = json.loads(text)
+    except (RecursionError, ValueError) as exc:
+        line = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else None
+        raise ConfigError(json_problem(exc), source=str(path), where=line) from None
     if not isinstance(data, list):
         raise ConfigError("expected a JSON list of conversations", source=str(path), found=type(data).__name__)
-    return [_conversation(item, i, path) for i, item in enumerate(data)]
+    # Only where the file escapes a surrogate can a text hold a lone one.
+    check_unicode = SURROGATE_ESCAPE.search(raw) is not None
+    return [_conversation(item, i, path, check_unicode) for i, item in enumerate(data)]
 
 
-def _conversation(item: object, index: int, path: Path) -> Conversation:
+def _conversation(item: object, index: int, path: Path, check_unicode: bool) -> Conversation:
     label = f"conversation {index + 1}"
     if not isinstance(item, dict) or not isinstance(item.get("conversations"), list):
         raise ConfigError("expected an object with a 'conversations' list", source=str(path), where=label)
     if "id" in item:
-        label += f" (id {item['id']!r})"
+        label += f" (id {shown(item['id'])!r})"
     roles, texts = [], []
     for j, message in enumerate(item["conversations"]):
         place = f"{label}, message {j + 1}"
@@ -77,7 +84,7 @@ def _conversation(item: object, index: int, path: Path) -> Conversation:
             known = [*USER_ROLES, *MODEL_ROLES, *CONTEXT_ROLES]
             raise ConfigError(
                 "unknown speaker", source=str(path), where=f"{place}, field 'from'",
-                expected=f"one of {known}", found=role, choices=known,
+                expected=f"one of {known}", found=shown(role), choices=known,
             )
         text = message.get("value")
         if not isinstance(text, str):
@@ -85,6 +92,10 @@ def _conversation(item: object, index: int, path: Path) -> Conversation:
                 "message text must be a string", source=str(path), where=f"{place}, field 'value'",
                 found=type(text).__name__,
             )
+        if check_unicode and holds_lone_surrogate(text):
+            # A tokenizer, or any file the run writes, would fail on it.
+            raise ConfigError("text with a lone UTF-16 surrogate (\\ud800-\\udfff), not Unicode",
+                              source=str(path), where=f"{place}, field 'value'")
         texts.append(text)
     return Conversation(index, tuple(roles), tuple(texts))
 
@@ -94,14 +105,15 @@ def count_tokens(
 ) -> tuple[list[int], list[str]]:
     """Token count per text, and notes on how they were counted."""
     if tokenizer is not None:
+        # Before importing transformers (seconds): a mistyped folder is reported either way.
+        if not tokenizer.exists():
+            raise ConfigError("tokenizer folder not found", source=source, where="workload.trace.tokenizer",
+                              found=str(tokenizer))
         try:
             from transformers import AutoTokenizer
         except ImportError:
             note = "transformers is not installed; token counts are estimated as ceil(chars / chars_per_token)"
-            return _estimate(texts, chars_per_token), [note]
-        if not tokenizer.exists():
-            raise ConfigError("tokenizer folder not found", source=source, where="workload.trace.tokenizer",
-                              found=str(tokenizer))
+            return _estimate(texts, chars_per_token, source), [note]
         try:
             tok = AutoTokenizer.from_pretrained(str(tokenizer), local_files_only=True)
         except Exception as exc:  # transformers raises many types for a folder it cannot load
@@ -111,10 +123,20 @@ def count_tokens(
             return [], []
         encoded = tok(texts, add_special_tokens=False)["input_ids"]
         return [len(ids) for ids in encoded], []
-    return _estimate(texts, chars_per_token), []
+    return _estimate(texts, chars_per_token, source), []
 
 
-def _estimate(texts: list[str], chars_per_token: float) -> list[int]:
+def _estimate(texts: list[str], chars_per_token: float, source: str | None) -> list[int]:
+    from workloads.spec import MAX_TOKENS
+
+    longest = max((len(t) for t in texts), default=0)
+    # A tiny chars_per_token makes counts past any prompt (or the float range, 1e-320: inf).
+    if longest / chars_per_token > MAX_TOKENS:
+        raise ConfigError(
+            f"estimates a message of {longest} characters at {longest / chars_per_token:.3g} tokens, more than "
+            f"{MAX_TOKENS}", source=source, where="workload.trace.chars_per_token",
+            expected=f"at least {longest / MAX_TOKENS:.3g} characters per token", found=chars_per_token,
+        )
     return [math.ceil(len(t) / chars_per_token) for t in texts]
 
 
