@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from experiments.io import name_error
+from experiments.io import NAME_RULE, name_error
 from simcore.decode_blocks import MAX_BLOCK_SIZE
 from simcore.errors import ConfigError
 from simcore.hf_config import context_length
@@ -43,12 +43,8 @@ class KVCacheConfig(Strict):
         return value
 
 
-# Labels and experiment names become folder names, so both follow experiments.io.NAME_RULE.
-FILE_NAME_RULE_DOC = ("1-100 characters from ASCII letters, digits and `.` `_` `-` `+` `=`, "
-                      "not starting with `.` or `-`")
-
-
 def _file_name(value: str | None) -> str | None:
+    """Labels and experiment names become folder names: they follow NAME_RULE."""
     message = None if value is None else name_error(value)
     if message is not None:
         raise ValueError(message)
@@ -58,7 +54,7 @@ def _file_name(value: str | None) -> str | None:
 class _PolicyCommon(Strict):
     label: str | None = Field(None, description=(
         "Name shown in tables and plots, and the policy's results folder (DIR/<label>/); defaults to the "
-        f"policy name (numbered if repeated). {FILE_NAME_RULE_DOC}; unique among the policies, ignoring case."))
+        f"policy name (numbered if repeated). {NAME_RULE}; unique among the policies, ignoring case."))
     # Longest prompt + output accepted; longer requests are rejected with a reason. Unset means
     # the model's context length (max_position_embeddings, stretched by rope_scaling as vLLM
     # does); a larger value is an error.
@@ -172,7 +168,7 @@ class OutputConfig(Strict):
 class Experiment(Strict):
     name: str = Field("experiment", description=(
         "Shown in titles; names the default results folder (results/<name>, results/<name>-sweep). "
-        f"{FILE_NAME_RULE_DOC}."))
+        f"{NAME_RULE}."))
     description: str = ""
     seed: int = Field(0, ge=0)
     # Model preset name, or a path to a Hugging Face config.json (relative to this file).

@@ -33,6 +33,12 @@ from workloads.spec import build_workload
 
 # Most KV blocks a tier may have: block state is kept per block, so this bounds memory.
 MAX_BLOCKS = 2**26
+# Memory a run takes for each request: about 1.7 KB with one policy, and 0.35 KB more for each
+# other policy (peak RSS of `servesim run` at 100k-1M requests, 2026-12-03). A workload whose
+# estimate passes MEMORY_BUDGET (24 GiB machines, less what the KV state and Python take) is
+# refused before it runs rather than end in a MemoryError or the OOM killer.
+BYTES_PER_REQUEST, BYTES_PER_REQUEST_PER_POLICY = 1700, 350
+MEMORY_BUDGET = 16 * GIB
 # A run folder's summary of every policy, written after every other file of the run: its
 # presence is what marks the folder complete (experiments.report_load reads folders by it).
 RUN_COMPLETE = "summary.json"
@@ -84,6 +90,19 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
     }
 
 
+def _check_memory(num_requests: int, num_policies: int, *, source: str | None) -> None:
+    """Refuse a workload the run's memory estimate (BYTES_PER_REQUEST...) puts past MEMORY_BUDGET."""
+    need = num_requests * (BYTES_PER_REQUEST + BYTES_PER_REQUEST_PER_POLICY * (num_policies - 1))
+    if need > MEMORY_BUDGET:
+        most = MEMORY_BUDGET // (BYTES_PER_REQUEST + BYTES_PER_REQUEST_PER_POLICY * (num_policies - 1))
+        raise ConfigError(
+            f"{num_requests:,} requests for {num_policies} policies would take about {need / GIB:.0f} GiB "
+            f"(more than the {MEMORY_BUDGET / GIB:.0f} GiB servesim allows a run); split the policies "
+            "into several experiments or use fewer requests", source=source, where="workload",
+            expected=f"at most {most:,} requests for {num_policies} policies",
+        )
+
+
 def run_experiment(
     exp: Experiment,
     *,
@@ -101,6 +120,7 @@ def run_experiment(
     kv = resolve_kv(exp, source=source_str)
     workload = build_workload(exp.workload, seed=exp.seed, base_dir=base_dir, source=source_str)
     template = workload.requests
+    _check_memory(len(template), len(exp.policies), source=source_str)
     labels = policy_labels(exp.policies)
     run = ExperimentRun(exp, info=_run_info(exp, kv, len(template)))
     # What the workload builder dropped or estimated is said, never silent.

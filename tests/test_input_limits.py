@@ -231,3 +231,23 @@ def test_a_long_key_is_cut_short_in_messages():
     assert str(err.value).startswith("f.yaml: kv_cache." + "x" * 97 + "...: unknown key; expected one of [")
     assert len(str(err.value)) < 500
     assert len(str(ConfigError("m" * 10**6, source="s" * 10**6, where="w" * 10**6, expected="e" * 10**6))) < 4100
+
+
+def test_a_run_past_the_memory_budget_is_refused_before_it_runs(monkeypatch):
+    from experiments import runner
+    from tests.helpers import SMALL_EXPERIMENT
+
+    exp = parse_experiment({**SMALL_EXPERIMENT, "policies": [{"name": "continuous"}, {"name": "chunked_prefill"}]},
+                           source="exp.yaml")
+    # 5 requests, two policies: 5 x (1,700 + 350) bytes.
+    monkeypatch.setattr(runner, "MEMORY_BUDGET", 5 * 2050 - 1)
+    with pytest.raises(ConfigError, match=r"exp.yaml: workload: 5 requests for 2 policies would take .*"
+                                          r"expected at most 4 requests for 2 policies"):
+        runner.run_experiment(exp, source="exp.yaml")
+    monkeypatch.setattr(runner, "MEMORY_BUDGET", 5 * 2050)
+    assert len(runner.run_experiment(exp, source="exp.yaml").runs) == 2
+    # The schema's largest workload runs with five policies, not with six.
+    monkeypatch.undo()
+    runner._check_memory(5_000_000, 5, source=None)
+    with pytest.raises(ConfigError, match="5,000,000 requests for 6 policies"):
+        runner._check_memory(5_000_000, 6, source=None)

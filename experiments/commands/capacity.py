@@ -35,13 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.capacity_search import CapacityResult, build_series, parse_slo, search, write_result
+    from experiments.capacity_search import CapacityResult, build_series, check_tol, parse_slo, search, write_result
     from experiments.config import apply_overrides, load_yaml
     from experiments.io import locked_folder
     from experiments.report_capacity import capacity_table
     from experiments.report_plot_capacity import capacity_title, plot_capacity
 
     slo = parse_slo(args.slo)
+    check_tol(args.low, args.high, args.tol)  # before anything is written
     source = str(args.experiment)
     overrides = [*args.overrides, *(["limits.fast_forward=false"] if args.no_fast_forward else [])]
     data = apply_overrides(load_yaml(args.experiment), overrides, source=source)
