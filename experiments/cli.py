@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from experiments.commands import COMMANDS
@@ -44,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`servesim report DIR | head`): stop quietly, as a shell tool
+        # killed by SIGPIPE does; stdout goes to /dev/null so the flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 def entry() -> None:

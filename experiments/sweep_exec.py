@@ -202,7 +202,7 @@ def _loopback_only() -> Iterator[None]:
     loopback address into the outward one. Ray keeps a node on loopback where clusters are off
     (its default on macOS and Windows), so that switch is turned off for the start of this
     instance only: a later ray.init(address=...) in this process joins a cluster as usual. The
-    setting is read when the node starts; tests/test_output_safety.py checks the listening sockets."""
+    setting is read when the node starts; tests/test_sweep_ray.py checks the listening sockets."""
     try:
         from ray._private import ray_constants
     except ImportError:

@@ -367,3 +367,13 @@ def test_a_run_that_fails_before_writing_leaves_no_empty_folder(tmp_path, capsys
     (tmp_path / "mine").mkdir()  # a folder that was there before is the user's: it stays
     run_in_process(capsys, exp, "--out", str(tmp_path / "mine" / "results"), fragments=("trace file not found",))
     assert (tmp_path / "mine").is_dir() and not (tmp_path / "mine" / "results").exists()
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
+    """`servesim report DIR | head` ended in a BrokenPipeError traceback."""
+    assert main(["run", str(write(tmp_path, BASE)), "--out", str(tmp_path / "out")]) == 0
+    process = subprocess.Popen([sys.executable, "-m", "experiments.cli", "report", str(tmp_path / "out")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    process.stdout.close()  # gone before the table is printed
+    stderr = process.stderr.read().decode()
+    assert process.wait() == 141 and stderr == "", stderr
