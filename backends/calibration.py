@@ -45,6 +45,10 @@ DEFAULT_FIT = FITTABLE
 FILE_KEYS = ("kind", "model", "hardware", "profile", "profile_device", "fitted", "params", "error_before",
              "error_after", "note")
 KINDS = ("decode", "prefill", "mixed")
+# A fit whose median |relative error| (overall or for one step kind) is still above this after
+# calibrating is reported as poor: the roofline's formula, not its parameters, misses those steps.
+# 15% is the accuracy docs/fidelity.md expects of a calibrated roofline on a GPU profile.
+POOR_FIT_MEDIAN_ERROR = 0.15
 
 
 # --- the roofline over profile rows, vectorized -----------------------------------------------
@@ -223,6 +227,19 @@ def _round(value: float) -> float:
     return float(f"{value:.6g}")
 
 
+def poor_fit_warnings(after: dict) -> list[str]:
+    """One line per step group (all, decode, prefill, mixed) whose median |relative error| after
+    the fit is above POOR_FIT_MEDIAN_ERROR; empty when the fit is good."""
+    warnings = []
+    for kind, stats in after.items():
+        median = stats.get("median_abs_rel_error")
+        if stats.get("count") and median is not None and median > POOR_FIT_MEDIAN_ERROR:
+            steps = "all steps" if kind == "all" else f"{kind} steps"
+            warnings.append(f"poor fit on {steps}: median |relative error| {median:.0%} after calibrating "
+                            f"(above {POOR_FIT_MEDIAN_ERROR:.0%})")
+    return warnings
+
+
 # --- the file ------------------------------------------------------------------------------------
 
 
@@ -237,6 +254,9 @@ def write_calibration(path: str | Path, result: CalibrationResult, *, model: str
     doc["params"] = dict(result.params)
     doc["error_before"] = _plain(result.before)
     doc["error_after"] = _plain(result.after)
+    warnings = poor_fit_warnings(result.after)
+    if warnings:
+        doc["note"] = "; ".join(warnings)
     text = ("# Roofline calibration written by `servesim calibrate`; use it as\n"
             "#   cost_model: {name: roofline, calibration: <this file>}\n")
     path = Path(path)

@@ -30,7 +30,7 @@ def build_cost_model(name: str, params: dict[str, Any], ctx: CostContext) -> Cos
         if exc.name == "torch":
             raise ConfigError(
                 f"cost model {name!r} needs PyTorch, which is not installed "
-                "(pip install 'servesim[torch]')", source=ctx.source, where="cost_model.name",
+                "(pip install -e '.[torch]' in the servesim repository)", source=ctx.source, where="cost_model.name",
             ) from None
         raise
     return getattr(module, attr)(params, ctx)

@@ -5,6 +5,13 @@ For every (variant, policy) series the search bisects `workload.arrivals.rate` b
 every SLO metric (e.g. p90_ttft_ms) is at or under its limit. All series advance in lockstep, so
 each round's probes run in parallel through the sweep executors; every probe is stored like a
 sweep point (DIR/points/<id>/DONE.json), so an interrupted search resumes where it stopped.
+
+What the search varies (`choose_param`): a synthetic or session workload's `arrivals.rate`, or
+for a timed trace `trace.target_rate`, the trace's mean arrival rate in req/s (its gaps are
+rescaled, keeping their pattern; see workloads/traces/options.py). Either way the rates are
+requests (or sessions) per second, so --low/--high/--tol mean the same for both. Sessions start
+at `arrivals.rate` (each one's later turns then follow its earlier ones); a search over a fixed
+number of concurrent users waits for closed-loop clients.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from simcore.errors import ConfigError, ServesimError
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p50", "p90", "p95", "p99")
 RATE_PATH = "workload.arrivals.rate"
+# For a timed trace: the mean arrival rate (req/s) its gaps are rescaled to.
+TRACE_RATE_PATH = "workload.trace.target_rate"
 # Probe rates are rounded to this many decimals (so that probe ids and tables stay readable).
 RATE_DECIMALS = 6
 # Rounds after which a search stops in any case (a safety net: with --tol at least 4 float
@@ -118,8 +127,64 @@ class CapacityResult:
         }
 
 
-def build_series(data: dict[str, Any], *, source: str | None, param: str = RATE_PATH) -> list[Series]:
-    """One series per (variant, policy), each an experiment with that policy alone."""
+def choose_param(data: dict[str, Any], *, source: str | None) -> str:
+    """The rate the search varies when --param is not given: `arrivals.rate` where the workload
+    draws arrivals (synthetic, sessions, ShareGPT, a trace with lengths_only), else a timed
+    trace's `target_rate`."""
+    workload = data.get("workload")
+    workload = workload if isinstance(workload, dict) else {}
+    arrivals = workload.get("arrivals")
+    trace = workload.get("trace")
+    if isinstance(arrivals, dict) and "rate" in arrivals:
+        return RATE_PATH
+    if isinstance(trace, dict) and not trace.get("lengths_only") and trace.get("format") != "sharegpt":
+        return TRACE_RATE_PATH
+    raise ConfigError("the capacity search varies a request rate, which this workload does not have",
+                      source=source, where="workload",
+                      expected="`arrivals:` with a rate, or a timed `trace:` (or pass --param)")
+
+
+def _prepare_trace_rate(data: dict[str, Any], param: str, source: str | None) -> list[str]:
+    """Searching a trace's target_rate: drop a time_scale (the two options conflict, and the
+    search sets the rate itself) and give target_rate a placeholder, so the path exists."""
+    if param != TRACE_RATE_PATH:
+        return []
+    trace = (data.get("workload") or {}).get("trace")
+    if not isinstance(trace, dict):
+        raise ConfigError(f"the capacity search varies {param}, but this experiment has no trace", source=source,
+                          where="workload.trace", expected="a timed trace (or another --param)")
+    notes = []
+    if trace.pop("time_scale", None) is not None:
+        notes.append("the trace's time_scale is replaced by the searched target_rate")
+    trace.setdefault("target_rate", 1.0)
+    return notes
+
+
+def trace_rate(data: dict[str, Any], *, source: str | None) -> float | None:
+    """The mean arrival rate (req/s) of the trace in `data` (one series' experiment) without the
+    searched target_rate: the file's own pace, a reference for the searched rates. None when
+    fewer than two requests arrive at different times."""
+    from workloads.spec import build_workload
+
+    one = copy.deepcopy(data)
+    one["workload"]["trace"].pop("target_rate", None)
+    exp = parse_experiment(one, source=source)
+    base_dir = Path(source).parent if source else Path.cwd()
+    times = [r.arrival_s for r in build_workload(exp.workload, seed=exp.seed, base_dir=base_dir,
+                                                 source=source).requests]
+    span = max(times, default=0.0) - min(times, default=0.0)
+    return (len(times) - 1) / span if len(times) > 1 and span > 0 else None
+
+
+def build_series(data: dict[str, Any], *, source: str | None, param: str = RATE_PATH,
+                 notes: list[str] | None = None) -> list[Series]:
+    """One series per (variant, policy), each an experiment with that policy alone. Notes for
+    the user (e.g. a trace option the search replaces) are appended to `notes`."""
+    if param.endswith("trace.time_scale"):
+        # Bisection assumes a larger value is more load; a larger time_scale is less.
+        raise ConfigError("the search raises its parameter until the SLOs break, but a larger time_scale "
+                          "is a slower trace", where="--param", found=param,
+                          expected=f"{TRACE_RATE_PATH} (req/s), which capacity picks for a trace by itself")
     base = copy.deepcopy(data)
     base.pop("sweep", None)  # the search itself varies the rate; other sweeps are not combined with it
     plan = expand(base, source=source)
@@ -129,6 +194,10 @@ def build_series(data: dict[str, Any], *, source: str | None, param: str = RATE_
         for label, policy in zip(labels, point.data["policies"], strict=True):
             one = copy.deepcopy(point.data)
             one["policies"] = [{**policy, "label": label}]
+            # After expanding, so that a variant's own time_scale is replaced too.
+            for note in _prepare_trace_rate(one, param, source):
+                if notes is not None and note not in notes:
+                    notes.append(note)
             _check_param(one, param, source)
             series.append(Series(len(series), point.variant, label, one))
     return series

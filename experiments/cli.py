@@ -13,19 +13,33 @@ from simcore import __version__
 from simcore.errors import ServesimError
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds '(default: X)' to an option's help only where it tells the reader something: not for
+    a default of None (the help says what happens then), not for on/off flags (True/False) or
+    empty lists, and not when the help text already names its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (default is None or isinstance(default, bool) or default == [] or default is argparse.SUPPRESS
+                or "(default" in text or action.nargs == 0):
+            return text
+        return super()._get_help_string(action)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only `command`'s own arguments are loaded (each command module is imported on use)."""
     parser = argparse.ArgumentParser(
         prog="servesim",
         description="Discrete-event simulator of an LLM serving engine with a real-execution backend.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"servesim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, (module_name, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text,
-                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                           formatter_class=HelpFormatter)
         p.set_defaults(_module=module_name)
         if name == command:
             importlib.import_module(module_name).add_arguments(p)

@@ -21,9 +21,9 @@ class Strict(BaseModel):
 
 
 class KVCacheConfig(Strict):
-    # Positions per physical block (seed 21.5's example uses 4; vLLM defaults to 16).
+    # Positions per physical block (vLLM defaults to 16; see docs/kv-cache.md#paged-blocks).
     block_size: int = Field(16, ge=1, le=MAX_BLOCK_SIZE)
-    # Stored KV scalar type: bytes per scalar s in eq. 21.2.
+    # Stored KV scalar type: its bytes per scalar enter docs/kv-cache.md#bytes-per-token.
     dtype: str = "bf16"
     # Device blocks; when unset, derived from GPU memory x utilization minus weights. At most
     # 67,108,864 (2**26), derived or not: a run keeps state for every block (about 85 bytes each).

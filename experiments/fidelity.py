@@ -38,6 +38,7 @@ from backends.profiled import SHAPE_COLUMNS, plan_shape, read_profile, step_kind
 from backends.registry import build_cost_model
 from experiments.config import CostModelConfig, Experiment, OutputConfig
 from experiments.io import path_under
+from experiments.progress import RunProgress
 from experiments.runner import ExperimentRun, resolve_kv, run_experiment
 from simcore.clock import duration_ticks, to_seconds
 from simcore.errors import ConfigError, ServesimError
@@ -227,7 +228,7 @@ def cost_context(exp: Experiment, source: Path | None) -> CostContext:
 
 
 def run_validation(exp: Experiment, setup: ValidationSetup, *, source: Path | None, out_dir: Path,
-                   echo: Callable[[str], None] | None = None) -> ValidationResult:
+                   echo: Callable[[str], None] | None = None, progress: RunProgress | None = None) -> ValidationResult:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     say = echo or (lambda line: None)
@@ -242,7 +243,7 @@ def run_validation(exp: Experiment, setup: ValidationSetup, *, source: Path | No
     try:
         with _torch_threads(threads):
             measured = run_experiment(real_exp, source=source, out_dir=path_under(out_dir, "measured"), echo=echo,
-                                      wrap_cost_model=recorders)
+                                      wrap_cost_model=recorders, progress=progress)
         plans = {r.label: (rec.plans, rec.measured, rec.gpu_time)
                  for r, rec in zip(measured.runs, recorders.recorders, strict=True)}
     finally:
@@ -251,7 +252,8 @@ def run_validation(exp: Experiment, setup: ValidationSetup, *, source: Path | No
     for name, params in setup.against.items():
         say(f"  simulating with {name}")
         predicted[name] = run_experiment(_with_cost_model(exp, name, params), source=source,
-                                         out_dir=path_under(out_dir, f"predicted-{name}"), echo=echo)
+                                         out_dir=path_under(out_dir, f"predicted-{name}"), echo=echo,
+                                         progress=progress)
     profile_shapes = _profile_shapes(setup.profile_path) if "profiled" in cheap else set()
     step_frames, request_frames = [], []
     for run in measured.runs:

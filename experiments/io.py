@@ -186,6 +186,142 @@ def _lock(folder: Path, where: str) -> int:
         os.close(fd)
 
 
+# --- replacing a whole folder ---------------------------------------------------------------------
+#
+# `run` (and `export`, a changed `sweep` plan with --overwrite, `capacity`) never write into the
+# folder a reader may be reading: they build the new folder beside it, in `.<name>.partial`, and
+# swap it into place when complete (`replace_folder`), so the folder's name holds the previous
+# complete results or the new complete ones, never a mix. The staging folder sits in the same
+# parent (a rename cannot cross file systems) and is used only while the target's lock is held.
+
+# Version of the results-folder layout, written in run_info.json, sweep.json and capacity.json:
+# readers refuse a folder of another version rather than misread it. 2: folders replaced whole.
+FORMAT_VERSION = 2
+# What marks a folder as servesim's results (any one of them): only such a folder is replaced.
+RESULT_MARKERS = ("summary.json", "sweep.json", "capacity.json", "run_info.json", "resolved.yaml", "points")
+_STAGING, _SWAPPED, _OLD = "partial", "swapped", "old"
+# renameat2(2) flag that swaps two paths in one step (Linux 3.15+, on ext4, xfs, btrfs, tmpfs...).
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def staging_folder(target: Path) -> Path:
+    """Where the replacement of `target` is built: `.<name>.partial` beside it."""
+    return _sibling(target, _STAGING)
+
+
+def _sibling(target: Path, kind: str) -> Path:
+    # Resolved: `--out .` has no name of its own, and a symbolic link's folder is what is replaced.
+    target = Path(target).resolve()
+    if not target.name:
+        raise ConfigError("cannot replace the root folder", where="--out", found=str(target))
+    return target.parent / f".{target.name}.{kind}"
+
+
+def is_empty_folder(folder: Path) -> bool:
+    """Absent, or holding nothing but servesim's own lock and scratch folder."""
+    try:
+        return all(p.name in (LOCK_FILE, SCRATCH_DIR) for p in Path(folder).iterdir())
+    except FileNotFoundError:
+        return True
+
+
+def is_results_folder(folder: Path) -> bool:
+    """A folder servesim wrote (run, sweep or capacity; complete or not)."""
+    folder = Path(folder)
+    if any((folder / name).exists() for name in RESULT_MARKERS):
+        return True
+    try:
+        return any((p / "summary.json").is_file() for p in folder.iterdir() if p.is_dir())
+    except OSError:
+        return False
+
+
+def check_replaceable(target: Path, *, overwrite: bool, what: str = "results", where: str = "--out") -> None:
+    """Refuse to write over a non-empty `target` unless `overwrite` is set and it is servesim's
+    own results folder (never a folder of the user's that --out happened to name)."""
+    if is_empty_folder(target):
+        return
+    if not is_results_folder(target):
+        raise ConfigError(f"the folder is not empty and is not a servesim results folder; refusing to replace it "
+                          f"(give a new or empty folder for the {what})", where=where, found=str(target))
+    if not overwrite:
+        raise ConfigError(f"the folder already holds results; pass --overwrite to replace it whole, or give "
+                          f"another --out for the {what}", where=where, found=str(target))
+
+
+def fresh_staging(target: Path) -> Path:
+    """An empty staging folder for `target` (call while holding `target`'s lock): what a killed
+    run left there, or a swap did not finish removing, goes first."""
+    staged = staging_folder(target)
+    shutil.rmtree(staged, ignore_errors=True)
+    return resumed_staging(target)
+
+
+def resumed_staging(target: Path) -> Path:
+    """The staging folder for `target`, kept with what an interrupted run built there (a
+    resumable command goes on from it) but without its temporary files or a swap's leftovers."""
+    remove_swap_leftovers(target)
+    staged = staging_folder(target)
+    staged.mkdir(exist_ok=True)
+    remove_leftovers(staged)
+    return staged
+
+
+def remove_swap_leftovers(target: Path) -> None:
+    """The old folder a killed `replace_folder` had not finished deleting."""
+    for kind in (_SWAPPED, _OLD):
+        shutil.rmtree(_sibling(target, kind), ignore_errors=True)
+
+
+def remove_staging(target: Path) -> None:
+    """The staging folder of `target` and any swap leftovers (a run that failed and keeps nothing)."""
+    shutil.rmtree(staging_folder(target), ignore_errors=True)
+    remove_swap_leftovers(target)
+
+
+def replace_folder(staged: Path, target: Path) -> None:
+    """Put the complete folder `staged` in `target`'s place in one rename, then delete the old one.
+
+    Call while holding `target` (locked_folder): its lock file is linked into the new folder
+    first, so a second process still finds the folder held until this one lets go. Where the
+    kernel or file system cannot swap two folders in one step, two renames do it, and a kill
+    between them leaves no folder at `target` (the next run removes both hidden leftovers)."""
+    staged, target = Path(staged), Path(target).resolve()
+    lock = target / LOCK_FILE
+    if lock.exists() and not (staged / LOCK_FILE).exists():
+        os.link(lock, staged / LOCK_FILE)
+    # Renamed first, so a kill at any moment after this leaves no `.partial` folder that a
+    # resumable command could take for its own work: `.swapped` is always removed.
+    swapped = _sibling(target, _SWAPPED)
+    shutil.rmtree(swapped, ignore_errors=True)
+    os.rename(staged, swapped)
+    if not _exchange(swapped, target):
+        old = _sibling(target, _OLD)
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(target, old)
+        os.rename(swapped, target)
+        swapped = old
+    shutil.rmtree(swapped, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (renameat2 RENAME_EXCHANGE); False where that is not available."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
 def _read_pid(fd: int) -> str | None:
     try:
         text = os.pread(fd, 32, 0).decode(errors="replace").strip()

@@ -63,20 +63,27 @@ def series_colors(names: list[str]) -> dict[str, Any]:
     return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
 
 
-def describe_workload(workload: dict[str, Any]) -> str:
-    """'300 requests, poisson 8 req/s, prompt lognormal~600, output lognormal~150' (or the trace)."""
+def describe_workload(workload: dict[str, Any], num_requests: int | None = None) -> str:
+    """'300 requests, poisson 8 req/s, prompt lognormal~600, output lognormal~150' (or the trace).
+
+    `num_requests` is the count the run actually had (run info); for sessions and traces the
+    workload's own `num_requests` is only a cap, so that count is named instead."""
     if not workload:
         return "workload ?"
     trace = workload.get("trace")
     if trace:
-        return f"trace {trace.get('path')}"
+        return f"trace {trace.get('path')}" + (f", {num_requests} requests" if num_requests else "")
     parts = []
-    if workload.get("num_requests"):
-        parts.append(f"{workload['num_requests']} requests")
+    if num_requests:
+        parts.append(f"{num_requests} requests")
+    elif workload.get("num_requests"):
+        cap = workload.get("sessions") is not None
+        parts.append(f"{'at most ' if cap else ''}{workload['num_requests']} requests")
     arrivals = workload.get("arrivals") or {}
     if arrivals:
         rate = arrivals.get("rate")
-        parts.append(f"{arrivals.get('kind')} {rate:g} req/s" if rate is not None else str(arrivals.get("kind")))
+        unit = "sessions/s" if workload.get("sessions") else "req/s"  # sessions arrive, their turns follow
+        parts.append(f"{arrivals.get('kind')} {rate:g} {unit}" if rate is not None else str(arrivals.get("kind")))
     for name in ("prompt_len", "output_len"):
         dist = workload.get(name)
         if dist:
@@ -109,7 +116,9 @@ def describe_setup(resolved: dict[str, Any], info: dict[str, Any], *, swept: lis
     tp = resolved.get("tensor_parallel", 1)
     cost = (resolved.get("cost_model") or {}).get("name", "?")
     head = f"{resolved.get('name', 'experiment')}: {model} on {hardware}" + (f" x{tp}" if tp and tp > 1 else "")
-    line2 = f"{describe_workload(resolved.get('workload') or {})}; {cost} cost model"
+    # A sweep's points may differ in their count (info is one point's), so only a run names it.
+    count = None if swept else info.get("num_requests")
+    line2 = f"{describe_workload(resolved.get('workload') or {}, count)}; {cost} cost model"
     if swept:
         line2 += f"; sweep over {', '.join(swept)}"
     if note:

@@ -9,62 +9,78 @@ from pathlib import Path
 import pandas as pd
 
 from experiments.report_load import Results, load_results, short_key
-from experiments.table import SUMMARY_COLUMNS, format_table
+from experiments.table import (
+    LATENCY_COLUMNS,
+    SUMMARY_COLUMNS,
+    format_summary_table,
+    format_table,
+    format_vertical,
+    title,
+)
 
 # TTFT = queue + prefill + delivery (seed eq. 21.4), as means in ms, with the SLO outcome.
 BREAKDOWN_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("policy", "label", "{}"),
-    ("TTFT mean", "mean_ttft_ms", "{:.1f}"),
-    ("queue", "mean_queue_ms", "{:.1f}"),
-    ("prefill", "mean_prefill_ms", "{:.1f}"),
-    ("delivery", "mean_delivery_ms", "{:.1f}"),
-    ("goodput req/s", "request_goodput", "{:.2f}"),
-    ("ITL p99", "p99_itl_ms", "{:.1f}"),
-    ("E2EL p99", "p99_e2el_ms", "{:.0f}"),
-    ("end", "end_reason", "{}"),
+    ("Policy", "label", "{}"),
+    ("Mean TTFT (ms)", "mean_ttft_ms", "{:.1f}"),
+    ("Mean queue (ms)", "mean_queue_ms", "{:.1f}"),
+    ("Mean prefill (ms)", "mean_prefill_ms", "{:.1f}"),
+    ("Mean delivery (ms)", "mean_delivery_ms", "{:.1f}"),
+    ("Request goodput (req/s)", "request_goodput", "{:.2f}"),
+    ("P99 ITL (ms)", "p99_itl_ms", "{:.1f}"),
+    ("P99 E2EL (ms)", "p99_e2el_ms", "{:.0f}"),
+    ("End reason", "end_reason", "{}"),
 )
 
 
-def report(path: str | Path) -> str:
-    """Every table for a `run`, `sweep` or `capacity` folder, ready to print."""
+def report(path: str | Path, style: str = "text") -> str:
+    """Every table for a `run`, `sweep` or `capacity` folder, ready to print (`style`: text,
+    csv or markdown; see experiments.table)."""
     capacity = Path(path) / "capacity.json"
     if capacity.is_file():
         from experiments.report_capacity import capacity_table
 
-        return capacity_table(json.loads(capacity.read_text()))
+        return capacity_table(json.loads(capacity.read_text()), style)
     results = load_results(path)
     if results.kind == "sweep":
-        return sweep_report(results)
+        return sweep_report(results, style)
     rows = _records(results.summaries)
+    breakdown = format_vertical(rows, BREAKDOWN_COLUMNS) if style == "text" else \
+        format_table(rows, BREAKDOWN_COLUMNS, style=style)
     return "\n\n".join([
-        f"{results.name} ({results.root})",
-        format_table(rows),
-        "TTFT parts (mean ms) and SLO outcome",
-        format_table(rows, BREAKDOWN_COLUMNS),
+        title(f"{results.name} ({results.root})", style),
+        format_summary_table(rows, style),
+        title("TTFT parts and SLO outcome", style),
+        breakdown,
     ])
 
 
-def sweep_table(path: str | Path) -> str:
+def sweep_table(path: str | Path, style: str = "text") -> str:
     """One line per (point, policy): the swept values, then the usual summary columns."""
     results = load_results(path)
-    return format_table(_records(results.summaries), _sweep_columns(results, SUMMARY_COLUMNS))
+    columns = _sweep_columns(results, SUMMARY_COLUMNS)
+    return format_table(_records(results.summaries), columns, style=style, keys=_num_keys(columns))
 
 
-def sweep_report(results: Results) -> str:
+def sweep_report(results: Results, style: str = "text") -> str:
     rows = _records(results.summaries)
     status = sweep_status(results.root)
     if not rows:
         return f"{results.name} ({results.root}): no finished points yet\n{status}".rstrip()
-    parts = [f"{results.name} ({results.root}): {results.summaries['point_id'].nunique()} finished points",
-             format_table(rows, _sweep_columns(results, SUMMARY_COLUMNS)),
-             "TTFT parts (mean ms) and SLO outcome",
-             format_table(rows, _sweep_columns(results, BREAKDOWN_COLUMNS))]
+
+    def table(table_rows: list[dict], columns: tuple) -> str:
+        return format_table(table_rows, columns, style=style, keys=_num_keys(columns))
+
+    parts = [title(f"{results.name} ({results.root}): {results.summaries['point_id'].nunique()} finished points",
+                   style),
+             table(rows, _sweep_columns(results, SUMMARY_COLUMNS)),
+             title("TTFT parts and SLO outcome", style),
+             table(rows, _sweep_columns(results, BREAKDOWN_COLUMNS))]
     best = best_points(results)
     if best:
-        parts += ["Best point per policy (lowest TTFT p90 among points that finished every request)",
-                  format_table(best, _sweep_columns(results, SUMMARY_COLUMNS[:1] + SUMMARY_COLUMNS[5:11]))]
+        parts += [title("Best point per policy (lowest P90 TTFT among points that finished every request)", style),
+                  table(best, _sweep_columns(results, LATENCY_COLUMNS))]
     if status:
-        parts.append(status)
+        parts.append(status if style == "text" else "\n".join(title(line, style) for line in status.splitlines()))
     return "\n\n".join(parts)
 
 
@@ -98,6 +114,12 @@ def best_points(results: Results) -> list[dict]:
     for _, rows in complete.groupby(group, sort=False):
         best.append(rows.sort_values(["p90_ttft_ms", "point_index"], kind="stable").iloc[0].to_dict())
     return [clean_row(r) for r in best]
+
+
+def _num_keys(columns: tuple) -> int:
+    """How many columns name a row (the point, variant, swept values and policy): a wrapped
+    text table repeats them in every block."""
+    return next(i for i, column in enumerate(columns) if column[1] == "label") + 1
 
 
 def _sweep_columns(results: Results, columns: tuple) -> tuple:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.io import LOCK_FILE, read_table
+from experiments.io import FORMAT_VERSION, LOCK_FILE, read_table
 from simcore.errors import ConfigError
 from simcore.validate import MAX_YAML_CHARS, load_yaml_text
 
@@ -62,6 +62,7 @@ def load_results(path: str | Path) -> Results:
         data = json.loads(summary.read_text())
         if isinstance(data, dict):
             raise ConfigError("this is one policy's folder; give its parent (the results folder)", source=str(root))
+        check_format(root, read_run_info(root), "run_info.json")
         frame = pd.DataFrame(data)
         frame.insert(0, "point_index", 0)
         frame.insert(1, "point_id", None)
@@ -88,12 +89,28 @@ def _has_policy_folder(root: Path) -> bool:
 
 def _load_sweep(root: Path) -> Results:
     manifest = json.loads((root / "sweep.json").read_text())
+    check_format(root, manifest, "sweep.json")
     dataset = root / "sweep.parquet"
     if not dataset.is_file():
         raise ConfigError("sweep.parquet is missing; re-run `servesim sweep` to rebuild it", source=str(root))
     frame = pd.read_parquet(dataset)
     return Results("sweep", root, frame, keys=list(manifest["keys"]), variants=list(manifest["variants"]),
                    name=str(manifest.get("name", root.name)))
+
+
+def check_format(root: Path, record: dict[str, Any], name: str) -> None:
+    """Refuse a folder written in another layout than this servesim reads (FORMAT_VERSION in
+    run_info.json, sweep.json): an older one may mix runs, a newer one may mean other things."""
+    found = record.get("format_version")
+    if found == FORMAT_VERSION:
+        return
+    if found is None or (isinstance(found, int) and found < FORMAT_VERSION):
+        why = "it was written by an older servesim, whose folders could mix the files of two runs"
+    else:
+        why = "it was written by a newer servesim"
+    raise ConfigError(f"results folder of another format: {why}; run the experiment again to rewrite it",
+                      source=str(root), where=f"{name}: format_version", expected=str(FORMAT_VERSION),
+                      found=found)
 
 
 def read_resolved(run_folder: Path) -> dict[str, Any]:

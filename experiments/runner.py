@@ -15,7 +15,8 @@ import yaml
 from backends.base import CostContext
 from backends.registry import build_cost_model
 from experiments.config import Experiment, policy_labels, resolve_max_model_len
-from experiments.io import atomic_write_text, path_under, write_json, write_table
+from experiments.io import FORMAT_VERSION, atomic_write_text, path_under, write_json, write_table
+from experiments.progress import RunProgress
 from experiments.request_sink import RequestSink
 from policies.accelerate import accelerator_for
 from policies.registry import make_policy
@@ -24,7 +25,7 @@ from simcore.capacity import block_bytes, num_gpu_blocks
 from simcore.engine import RunLimits, RunResult, simulate
 from simcore.errors import ConfigError
 from simcore.hf_config import context_length
-from simcore.metrics import summarize_frame
+from simcore.metrics import add_token_columns, summarize_frame, token_columns_as_text
 from simcore.model import DTYPE_BYTES, GIB
 from simcore.prefix import PrefixHasher
 from simcore.presets import get_hardware, get_model
@@ -109,6 +110,7 @@ def run_experiment(
     source: str | Path | None = None,
     out_dir: Path | None = None,
     echo=None,  # noqa: ANN001 - callable printing progress lines, or None
+    progress: RunProgress | None = None,
     wrap_cost_model=None,  # noqa: ANN001 - callable(CostModel) -> CostModel, e.g. to record plans
     fast_forward: bool | None = None,
 ) -> ExperimentRun:
@@ -160,6 +162,9 @@ def run_experiment(
         path_under(out_dir, RUN_COMPLETE).unlink(missing_ok=True)
     for index, (label, policy_cfg) in enumerate(zip(labels, exp.policies)):
         cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
+        # A cost model that ran a real engine may keep the tokens it selected (torch's
+        # record_tokens): read from the model itself, as a wrapper need not pass the hook on.
+        recorded_tokens = getattr(cost_model, "recorded_tokens", None)
         if wrap_cost_model is not None:
             cost_model = wrap_cost_model(cost_model)
         options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
@@ -183,10 +188,18 @@ def run_experiment(
             policy_dir.mkdir(parents=True, exist_ok=True)
             spill = policy_dir / ".steps.parquet.partial"
         accelerator = accelerator_for(policy) if fast_forward else None
-        result = simulate(template, policy, cost_model, limits=limits, accelerator=accelerator,
-                          on_finished=sink.add, steps_spill=spill)
+        on_progress = progress.policy(label, len(template)) if progress is not None else None
+        try:
+            result = simulate(template, policy, cost_model, limits=limits, accelerator=accelerator,
+                              on_finished=sink.add, on_progress=on_progress, steps_spill=spill)
+        finally:
+            if progress is not None:
+                progress.close()  # before the policy's line is echoed
         sink.add([*result.finished, *result.rejected, *result.unfinished])
         frame = sink.frame()
+        if recorded_tokens is not None and (outputs := recorded_tokens()) is not None:
+            prompts = {r.request_id: r.prompt_token_ids for r in template if r.prompt_token_ids is not None}
+            add_token_columns(frame, outputs, prompts)
         if limits.check_invariants:
             _check_conservation(frame, template)
         summary = summarize_frame(frame, itl=policy.itl, slo_ms=exp.metrics.slo.as_dict() or None,
@@ -198,7 +211,9 @@ def run_experiment(
                  f"{result.sim_time_s:.1f} s simulated in {result.wall_time_s:.2f} s "
                  f"({time.perf_counter() - started:.2f} s with metrics)")
         if policy_dir is not None:
-            write_policy_results(policy_dir, frame, result, summary, exp.output.format)
+            # CSV has no list cells: token lists go as JSON text there.
+            written = frame if exp.output.format == "parquet" else token_columns_as_text(frame)
+            write_policy_results(policy_dir, written, result, summary, exp.output.format)
     if out_dir is not None:
         write_experiment_files(out_dir, run)
     return run
@@ -272,6 +287,8 @@ def _run_info(exp: Experiment, kv: dict, num_requests: int) -> dict:
     model = kv["model"]
     hardware = kv["hardware"]
     return {
+        # Readers (experiments.report_load) refuse a folder of another layout version.
+        "format_version": FORMAT_VERSION,
         "servesim_version": __version__,
         "python": platform.python_version(),
         "seed": exp.seed,

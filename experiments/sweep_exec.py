@@ -149,7 +149,7 @@ class RayExecutor(Executor):
         try:
             import ray
         except ImportError:
-            raise ServesimError("--executor ray needs the `ray` package: pip install 'servesim[ray]'") from None
+            raise ServesimError("--executor ray needs the `ray` package: pip install -e '.[ray]' in the servesim repository") from None
         self.ray = ray
         self.started_here = not ray.is_initialized()
         if self.started_here:
@@ -220,7 +220,7 @@ def _loopback_only() -> Iterator[None]:
 
 def _ray_init_args(jobs: int, address: str | None) -> dict[str, Any]:
     if address:
-        # A running cluster: its workers must have servesim installed (pip install servesim).
+        # A running cluster: its workers must have servesim installed (pip install -e . in each worker's copy of the repository).
         return {"address": address, "log_to_driver": False}
     # A private local instance: workers import servesim from this checkout, wherever they start.
     root = str(Path(__file__).resolve().parent.parent)

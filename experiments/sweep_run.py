@@ -6,7 +6,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments.io import locked_folder, scratch_dir
+from experiments.io import (
+    check_replaceable,
+    fresh_staging,
+    is_empty_folder,
+    locked_folder,
+    replace_folder,
+    resumed_staging,
+    scratch_dir,
+)
 from experiments.sweep import SweepPlan, SweepPoint
 from experiments.sweep_exec import PointTask, make_executor
 from experiments.sweep_store import SweepStore
@@ -32,15 +40,33 @@ def run_sweep(
     executor: str = "local",
     address: str | None = None,
     progress: bool = True,
+    overwrite: bool = False,
 ) -> SweepOutcome:
     """Run every unfinished point of `plan` into `out`; the dataset is rebuilt even if interrupted.
-    The folder is held for this process meanwhile (experiments.io.locked_folder)."""
+    The folder is held for this process meanwhile (experiments.io.locked_folder).
+
+    A folder of the same plan is resumed in place, and an empty one filled in place (a reader
+    sees the finished points, and the report says which are not run yet). A folder holding
+    other results is replaced whole, and only with `overwrite`: the new sweep is built beside
+    it (where an interrupted one resumes) and swapped into place once every point has run, so
+    until then the folder keeps the previous sweep."""
     with locked_folder(out):
-        return _run_locked(plan, out, jobs=jobs, executor=executor, address=address, progress=progress)
+        if SweepStore(out).holds_plan(plan) or is_empty_folder(out):
+            return _run_locked(plan, out, jobs=jobs, executor=executor, address=address, progress=progress)
+        check_replaceable(out, overwrite=overwrite, what="sweep")
+        staged = resumed_staging(out)
+        if not SweepStore(staged).holds_plan(plan):
+            staged = fresh_staging(out)
+        outcome = _run_locked(plan, staged, jobs=jobs, executor=executor, address=address, progress=progress,
+                              scratch=scratch_dir(out))
+        replace_folder(staged, out)
+        outcome.store = SweepStore(out)
+        outcome.dataset = out / outcome.dataset.name
+        return outcome
 
 
 def _run_locked(plan: SweepPlan, out: Path, *, jobs: int, executor: str, address: str | None,
-                progress: bool) -> SweepOutcome:
+                progress: bool, scratch: Path | None = None) -> SweepOutcome:
     store = SweepStore(out)
     store.write_manifest(plan)
     outcome = SweepOutcome(store, len(plan.points))
@@ -53,7 +79,8 @@ def _run_locked(plan: SweepPlan, out: Path, *, jobs: int, executor: str, address
         tasks = [PointTask(p.point_id, p.data, _abs(plan.source)) for p in todo]
         # A single point needs no pool (or Ray start-up); it runs inline.
         jobs = min(jobs, len(tasks)) if executor == "local" else jobs
-        with make_executor(executor, jobs=jobs, address=address, scratch=scratch_dir(out)) as pool:
+        with make_executor(executor, jobs=jobs, address=address,
+                           scratch=scratch or scratch_dir(out)) as pool:
             for output in pool.run(tasks):
                 point = by_id[output.point_id]
                 store.record(point, output)

@@ -16,6 +16,7 @@ another plan's (readers then say to re-run the sweep).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.io import atomic_write_bytes, path_under, write_json, write_table
+from experiments.io import FORMAT_VERSION, atomic_write_bytes, path_under, scratch_dir, write_json, write_table
 from experiments.sweep import SweepPlan, SweepPoint
 
 DONE = "DONE.json"
@@ -63,10 +64,13 @@ class SweepStore:
         return json.loads(path.read_text())["error"] if path.is_file() else None
 
     def write_manifest(self, plan: SweepPlan) -> None:
-        manifest = plan.manifest()
-        if self.read_manifest() != manifest:
+        if not self.holds_plan(plan):
             path_under(self.root, DATASET).unlink(missing_ok=True)
-        write_json(path_under(self.root, MANIFEST), manifest)
+        write_json(path_under(self.root, MANIFEST), {**plan.manifest(), "format_version": FORMAT_VERSION})
+
+    def holds_plan(self, plan: SweepPlan) -> bool:
+        """The folder's sweep.json is this plan's, in this layout version (so it can be resumed)."""
+        return self.read_manifest() == {**plan.manifest(), "format_version": FORMAT_VERSION}
 
     def read_manifest(self) -> dict[str, Any] | None:
         """The sweep.json in the folder, or None when there is none (or it is unreadable)."""
@@ -88,6 +92,24 @@ class SweepStore:
             atomic_write_bytes(path_under(folder, rel), data)
         write_json(path_under(folder, DONE), {**_identity(point), "summaries": output.summaries})
 
+    def adopt_points(self, other: SweepStore) -> None:
+        """Take the finished points of `other` that this store lacks, as hard links (a copy where
+        the file system has none): their files are only ever replaced, never changed in place.
+        Each is linked into the scratch folder first and renamed into points/ whole, so a kill
+        leaves no point folder with DONE.json but without its tables."""
+        if not other.points_dir.is_dir():
+            return
+        for source in sorted(other.points_dir.iterdir()):
+            if not (source / DONE).is_file() or self.is_done(source.name):
+                continue
+            target = self.point_dir(source.name)
+            partial = path_under(scratch_dir(self.root), "adopt", source.name)
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(source, partial, copy_function=_link_or_copy, symlinks=True)
+            shutil.rmtree(target, ignore_errors=True)  # an unfinished attempt's leftovers
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(partial, target)
+
     def stale_folders(self, plan: SweepPlan) -> list[str]:
         """Point folders that belong to no point of this plan (an earlier, different sweep)."""
         if not self.points_dir.is_dir():
@@ -98,6 +120,13 @@ class SweepStore:
     def build_dataset(self, plan: SweepPlan) -> Path:
         """sweep.parquet from the DONE files of this plan's finished points, in point order."""
         return write_table(dataset_frame(plan, self), path_under(self.root, DATASET), "parquet")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _identity(point: SweepPoint) -> dict[str, Any]:

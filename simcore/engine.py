@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
@@ -119,6 +120,8 @@ class RunResult:
 _LATE = 2
 # Finished requests handed to `on_finished` at a time.
 FLUSH_EVERY = 4096
+# Events between two calls of `on_progress` (a callback that checks the wall clock itself).
+PROGRESS_EVERY = 256
 # New containers between the collector's young passes during a run (see `_collector_for_a_run`).
 GC_YOUNG_THRESHOLD = 100_000
 
@@ -142,7 +145,8 @@ class Engine:
                  accelerator: Accelerator | None = None, limits: RunLimits | None = None,
                  log: StepLog | None = None, follow_ups: FollowUps | None = None,
                  on_step: Callable[[float], None] | None = None,
-                 on_finished: Callable[[list[Request]], None] | None = None) -> None:
+                 on_finished: Callable[[list[Request]], None] | None = None,
+                 on_progress: Callable[[float, int], None] | None = None) -> None:
         self.env = env
         self.policy = policy
         self.cost_model = cost_model
@@ -153,6 +157,11 @@ class Engine:
         self.follow_ups = follow_ups
         self.on_step = on_step
         self.on_finished = on_finished
+        # Called with (simulated seconds, requests finished) every PROGRESS_EVERY events: the
+        # loop pays one comparison per event, nothing per step.
+        self.on_progress = on_progress
+        self._next_progress = PROGRESS_EVERY if on_progress is not None else sys.maxsize
+        self.num_handed_over = 0  # finished requests passed to on_finished
         self.horizon = to_ticks(self.limits.max_sim_time_s) if self.limits.max_sim_time_s is not None else None
         # Delivered requests the policy has not been handed yet.
         self.inbox: list[Request] = []
@@ -212,6 +221,9 @@ class Engine:
             self._release_follow_ups(finished)
             self._flush()
             self.num_events += 1
+            if self.num_events >= self._next_progress:
+                self._next_progress += PROGRESS_EVERY
+                self.on_progress(self.now_s, self.num_handed_over + len(self.policy.finished))
             if self.limits.check_invariants:
                 self.policy.check()
             if self.limits.max_wall_time_s is not None and \
@@ -375,6 +387,7 @@ class Engine:
         if self.on_finished is not None and (final or len(finished) >= FLUSH_EVERY):
             batch = list(finished)
             finished.clear()
+            self.num_handed_over += len(batch)
             self.on_finished(batch)
 
 
@@ -397,6 +410,7 @@ def simulate(
     accelerator: Accelerator | None = None,
     on_step: Callable[[float], None] | None = None,
     on_finished: Callable[[list[Request]], None] | None = None,
+    on_progress: Callable[[float, int], None] | None = None,
     steps_spill: Path | None = None,
 ) -> RunResult:
     """Replay `requests` through one engine running `policy`, pricing steps with `cost_model`
@@ -405,8 +419,10 @@ def simulate(
     The given requests are a template and are never modified: each is copied when it arrives.
     With `on_finished`, finished requests are handed over in batches and not kept, so a long
     run holds only the requests in flight (the result's `finished` then lists none). With
-    `steps_spill`, step records go to that Parquet file as the run goes. Follow-up turns
-    (`parent_id`) arrive their think time after their parent finishes (or is rejected).
+    `steps_spill`, step records go to that Parquet file as the run goes. `on_progress` hears
+    (simulated seconds, requests finished) every few hundred events, for a progress bar.
+    Follow-up turns (`parent_id`) arrive their think time after their parent finishes (or is
+    rejected).
     """
     limits = limits or RunLimits()
     with _collector_for_a_run():
@@ -417,7 +433,8 @@ def simulate(
         timed = follow_ups.timed if follow_ups is not None else ordered
         log = StepLog(steps_spill)
         engine = Engine(env, policy, cost_model, accelerator=accelerator, limits=limits, log=log,
-                        follow_ups=follow_ups, on_step=on_step, on_finished=on_finished)
+                        follow_ups=follow_ups, on_step=on_step, on_finished=on_finished,
+                        on_progress=on_progress)
         if follow_ups is not None:
             follow_ups.engine = engine
         source = replay(env, engine, timed)

@@ -9,6 +9,7 @@ last finish); goodput counts requests meeting every SLO.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -95,6 +96,39 @@ def request_columns(requests: Sequence[Request]) -> dict[str, list | np.ndarray]
         "num_recomputed_tokens": num_recomputed, "swap_delay_s": swap_delay, "recompute_delay_s": recompute_delay,
         "session_id": session_id, "turn": turn, "cache_salt": cache_salt, "adapter_id": adapter_id,
     }
+
+
+# Token columns, present only when the engine recorded its tokens (a run of millions of requests
+# without them pays nothing). Each cell is an int64 array, so even an empty one is written as a
+# list of int64 (a Python list's element type is guessed, and an all-empty column has none), or
+# None where a request had no prompt ids.
+TOKEN_COLUMNS = ("prompt_token_ids", "output_token_ids")
+
+
+def add_token_columns(frame: pd.DataFrame, outputs: Mapping[int, Sequence[int]],
+                      prompts: Mapping[int, Sequence[int]]) -> None:
+    """Add `output_token_ids` to a request table in place, by request_id (empty for a request
+    that selected none), and `prompt_token_ids` when `prompts` has any (None for a request the
+    workload gave no ids)."""
+    ids = frame["request_id"].tolist()
+    frame["output_token_ids"] = pd.Series([np.array(outputs.get(i, ()), dtype=np.int64) for i in ids],
+                                          index=frame.index, dtype=object)
+    if prompts:
+        frame["prompt_token_ids"] = pd.Series(
+            [None if prompts.get(i) is None else np.array(prompts[i], dtype=np.int64) for i in ids],
+            index=frame.index, dtype=object)
+
+
+def token_columns_as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table with its token columns as JSON text (for CSV, which has no list cells; trace
+    readers read list cells in CSV the same way). A frame without them is returned as is."""
+    present = [c for c in TOKEN_COLUMNS if c in frame.columns]
+    if not present:
+        return frame
+    out = frame.copy(deep=False)
+    for column in present:
+        out[column] = [None if ids is None else json.dumps(np.asarray(ids).tolist()) for ids in frame[column]]
+    return out
 
 
 def _stats(prefix: str, values_s: np.ndarray, out: dict, weights: np.ndarray | None = None) -> None:

@@ -140,3 +140,18 @@ def test_calibrate_command_prints_errors_and_writes_a_usable_file(tmp_path, caps
     assert main(["calibrate", str(TABLE), "--model", "llama-3.1-8b", "--hardware", "cpu", "--out", str(out)]) == 2
     assert "geometry" in capsys.readouterr().err
 
+
+
+def test_a_poor_fit_is_reported_and_noted_in_the_file(tmp_path):
+    from backends.calibration import POOR_FIT_MEDIAN_ERROR, CalibrationResult, poor_fit_warnings
+
+    good = {"all": {"count": 10, "median_abs_rel_error": 0.05}, "decode": {"count": 5, "median_abs_rel_error": 0.04}}
+    assert poor_fit_warnings(good) == []
+    poor = dict(good, prefill={"count": 5, "median_abs_rel_error": 0.54})
+    (warning,) = poor_fit_warnings(poor)
+    assert "prefill steps" in warning and "54%" in warning and f"{POOR_FIT_MEDIAN_ERROR:.0%}" in warning
+    result = CalibrationResult(params={"mfu": 0.5}, before=poor, after=poor, fitted=("mfu",), loss=1.0)
+    path = tmp_path / "c.yaml"
+    write_calibration(path, result, model="tiny-llama", hardware="cpu")
+    assert "poor fit on prefill steps" in yaml.safe_load(path.read_text())["note"]
+    assert load_calibration(path, hardware="cpu")["mfu"] == 0.5

@@ -52,3 +52,19 @@ def test_the_writing_a_policy_example_runs():
     policy = namespace["policy"]
     assert type(accelerator_for(policy)) is DecodeRuns
     assert namespace["accelerated"].num_events < namespace["stepped"].num_events
+
+
+def test_kv_cache_doc_explains_what_the_tests_check_and_nothing_cites_a_missing_chapter():
+    text = (DOCS / "kv-cache.md").read_text()
+    for number in ("**24 bytes**", "**32 bytes**", "1280, 1536, 1792 and 2048 bytes", "**1.0 GiB**", "**0.25 GiB**",
+                   "**0.125 GiB**", "8 + 20 + 5 = **33 ms**", "(180 - 100) / (5 - 1) = **20 ms**"):
+        assert number in text
+    # Links into kv-cache.md name headings it has (GitHub's anchors: lower case, spaces to dashes).
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+    pages = [*DOCS.glob("*.md"), ROOT / "README.md"]
+    for page in pages:
+        body = page.read_text()
+        for anchor in re.findall(r"kv-cache\.md#([\w-]+)", body):
+            assert anchor in anchors, f"{page.name} links to missing kv-cache.md#{anchor}"
+        assert not re.search(r"seed (eq\. )?21\.|eq\. 21\.|chapter", body, flags=re.IGNORECASE), page.name

@@ -29,7 +29,7 @@ def test_example_runs(path, tmp_path, capsys):
         assert (out / summary["label"] / "requests.parquet").exists()
         assert (out / summary["label"] / "steps.parquet").exists()
     printed = capsys.readouterr().out
-    assert "TTFT p50" in printed
+    assert "Median TTFT (ms)" in printed
 
 
 def test_step_records_stay_readable_after_the_results_are_written(tmp_path):

@@ -808,6 +808,6 @@ def test_billion_laughs_sweep_dry_run_ends(tmp_path, capsys):
     started = time.perf_counter()
     with hang_guard(PARSE_HANG_S), memory_guard():
         assert main(["sweep", str(path), "--dry-run"]) == 2
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < HANG_S
     message = capsys.readouterr().err
     assert f"{path}: line 15, column 7: YAML too large" in message, message

@@ -25,6 +25,9 @@ from simcore.validate import (
 )
 from workloads.spec import MAX_COUNT, parse_workload
 
+# A bound that tells a hang from slow work on a loaded machine, not a speed target.
+HANG_S = 30.0
+
 WORKLOAD = """\
 workload:
   num_requests: 5
@@ -61,7 +64,7 @@ def test_an_alias_bomb_is_refused_at_the_anchor_that_gets_too_large(tmp_path):
     started = time.perf_counter()
     with pytest.raises(ConfigError) as err:
         load_yaml_mapping(path)
-    assert time.perf_counter() - started < 1
+    assert time.perf_counter() - started < HANG_S
     # l6, on line 8, is 9**7 values written out, 20 M characters: the first past 4 MiB.
     assert str(err.value) == (
         f"{path}: line 8, column 5: YAML too large: with its aliases written out, this value would have more "
@@ -183,7 +186,7 @@ def test_pydantic_errors_show_a_bounded_value():
     started = time.perf_counter()
     with pytest.raises(ConfigError) as err:
         parse_experiment(data, source="f.yaml")
-    assert time.perf_counter() - started < 5 and len(str(err.value)) < 300
+    assert time.perf_counter() - started < HANG_S and len(str(err.value)) < 300
 
 
 def test_key_paths_are_limited():

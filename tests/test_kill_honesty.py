@@ -1,12 +1,12 @@
-"""kill -9 at a random moment: what a reader then sees is complete, or plainly marked incomplete.
+"""kill -9 at a random moment: the folder then holds the previous complete results or the new ones.
 
-`servesim run`, `sweep` and `capacity` each run as a subprocess into a folder that holds the
-complete results of another configuration, and are killed at a seeded random moment while they
-hold the folder. The reader's view (experiments.report_load / report) must then be the whole
-old result, the whole new one, or an error that says the folder is incomplete; never old
-summaries over half-new tables, or one plan's manifest with another plan's dataset. The next
-run into the folder must succeed (the killed process's lock is gone with it) and leave no
-temporary files behind.
+`servesim run`, `sweep`, `capacity` and `export` each run as a subprocess into a folder that
+holds the complete results of another configuration (with --overwrite where that is needed),
+and are killed at a seeded random moment while they hold the folder. The reader's view
+(experiments.report_load / report, the exported files) must then be the whole old result or
+the whole new one: never old summaries over half-new tables, one plan's manifest with another
+plan's dataset, or an incomplete folder. The next run into the folder must succeed (the killed
+process's lock is gone with it) and leave no temporary file or hidden staging folder behind.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def kill_at_random_moment(args: list[str], out: Path, rng: random.Random, window
     """Start `servesim ARGS`, wait until it holds `out` (its pid in the lock file: from then on it
     writes), then SIGKILL it after a random part of `window_s`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args, "--quiet"], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *quiet(args)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 60
@@ -84,16 +84,21 @@ def _holder(out: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def quiet(args: list[str]) -> list[str]:
+    return args if args[0] == "export" else [*args, "--quiet"]  # export prints only its file names
+
+
 def timed(args: list[str]) -> float:
     started = time.perf_counter()
-    assert main([*args, "--quiet"]) == 0
+    assert main(quiet(args)) == 0
     return time.perf_counter() - started
 
 
 def assert_tidy(out: Path) -> None:
-    """After a finished run: no lock, scratch folder or temporary file is left."""
+    """After a finished run: no lock, scratch folder, temporary file or staging folder is left."""
     assert not (out / LOCK_FILE).exists() and not (out / SCRATCH_DIR).exists()
     assert not [p for p in out.rglob("*") if p.name.endswith((".tmp", ".partial"))]
+    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")) == []
 
 
 def assert_marked_incomplete(error: ConfigError) -> None:
@@ -126,7 +131,7 @@ def read_run(out: Path) -> list[dict] | None:
     return summaries
 
 
-def test_killed_run_leaves_a_complete_or_marked_folder(tmp_path: Path):
+def test_killed_run_leaves_the_previous_or_the_new_folder(tmp_path: Path):
     rng = random.Random(20240601)
     out = tmp_path / "out"
     window = timed(["run", str(write_experiment(tmp_path, "seed0")), "--out", str(out)])
@@ -134,12 +139,13 @@ def test_killed_run_leaves_a_complete_or_marked_folder(tmp_path: Path):
     assert before is not None
     for kill in range(1, KILLS + 1):
         source = str(write_experiment(tmp_path, f"seed{kill}", seed=kill))
-        kill_at_random_moment(["run", source, "--out", str(out)], out, rng, window)
+        args = ["run", source, "--out", str(out), "--overwrite"]
+        kill_at_random_moment(args, out, rng, window)
         seen = read_run(out)
-        assert main(["run", source, "--out", str(out), "--quiet"]) == 0  # the dead process's lock is gone
+        assert main([*args, "--quiet"]) == 0  # the dead process's lock is gone
         after = read_run(out)
         assert after is not None and after != before
-        assert seen in (None, before, after)
+        assert seen in (before, after)
         assert_tidy(out)
         before = after
 
@@ -170,7 +176,7 @@ def read_sweep(out: Path) -> set[str] | None:
     return set(frame["point_id"])
 
 
-def test_killed_sweep_leaves_a_complete_or_marked_folder(tmp_path: Path):
+def test_killed_sweep_leaves_the_previous_or_the_new_folder(tmp_path: Path):
     rng = random.Random(20240602)
     out = tmp_path / "out"
     window = timed(["sweep", str(write_experiment(tmp_path, "plan0", sweep={"seed": [0, 1, 2]})), "--out", str(out)])
@@ -178,12 +184,14 @@ def test_killed_sweep_leaves_a_complete_or_marked_folder(tmp_path: Path):
     for kill in range(1, KILLS + 1):
         seeds = [3 * kill, 3 * kill + 1, 3 * kill + 2]
         source = str(write_experiment(tmp_path, f"plan{kill}", sweep={"seed": seeds}))
-        kill_at_random_moment(["sweep", source, "--out", str(out)], out, rng, window)
+        # Another plan: built beside the folder (resumed there after the kill) and swapped in whole.
+        args = ["sweep", source, "--out", str(out), "--overwrite"]
+        kill_at_random_moment(args, out, rng, window)
         seen = read_sweep(out)
-        assert main(["sweep", source, "--out", str(out), "--quiet"]) == 0
+        assert main([*args, "--quiet"]) == 0
         after = read_sweep(out)
         assert after is not None and len(after) == 3 and after != before
-        assert seen is None or seen in (before, after) or seen < after  # a plan's finished points so far
+        assert seen in (before, after)
         assert len(pd.read_parquet(out / "sweep.parquet")) == 3 * len(EXPERIMENT["policies"])
         assert_tidy(out)
         before = after
@@ -203,7 +211,7 @@ def read_capacity(out: Path) -> dict | None:
     return result
 
 
-def test_killed_capacity_search_leaves_a_complete_or_marked_folder(tmp_path: Path):
+def test_killed_capacity_search_leaves_the_previous_or_the_new_folder(tmp_path: Path):
     rng = random.Random(20240603)
     out = tmp_path / "out"
     # Two rounds of one policy's probes (2 and 64 req/s, then 33): a short search.
@@ -220,6 +228,42 @@ def test_killed_capacity_search_leaves_a_complete_or_marked_folder(tmp_path: Pat
         assert main([*args, "--quiet"]) == 0
         after = read_capacity(out)
         assert after is not None and after != before
-        assert seen in (None, before, after)
+        assert seen in (before, after)
+        assert_tidy(out)
+        before = after
+
+
+# --- servesim export ---------------------------------------------------------------------------
+
+
+def read_export(folder: Path) -> dict[str, str]:
+    """label -> date of the exported files, each checked whole (its per-request lists as long as
+    its num_prompts); all of one export (one date)."""
+    dates = {}
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        assert len(data["input_lens"]) == len(data["ttfts"]) == data["num_prompts"]
+        dates[path.stem] = data["date"]
+    assert len(set(dates.values())) <= 1, dates
+    return dates
+
+
+def test_killed_export_leaves_the_previous_or_the_new_files(tmp_path: Path, monkeypatch):
+    rng = random.Random(20240604)
+    out = tmp_path / "out"
+    assert main(["run", str(write_experiment(tmp_path, "exp")), "--out", str(out), "--quiet"]) == 0
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    window = timed(["export", "--vllm", str(out), "--policy", "continuous"])
+    before = read_export(out / "vllm")
+    for kill in range(1, KILLS + 1):
+        # Both policies now, dated otherwise: a mix would show two dates or one policy's file.
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", str(86400 * kill))
+        args = ["export", "--vllm", str(out), *(["--policy", "continuous"] if kill % 2 == 0 else [])]
+        kill_at_random_moment(args, out, rng, window)
+        seen = read_export(out / "vllm")
+        assert main(args) == 0
+        after = read_export(out / "vllm")
+        assert after != before
+        assert seen in (before, after)
         assert_tidy(out)
         before = after

@@ -26,7 +26,8 @@ from experiments import sweep_exec
 from experiments.cli import main
 from experiments.config import parse_experiment
 from experiments.io import LOCK_FILE, NAME_MAX_LENGTH, SCRATCH_DIR, locked_folder, path_under, remove_leftovers
-from experiments.sweep import expand
+from experiments.sweep import expand, load_sweep
+from experiments.sweep_store import SweepStore
 from simcore.errors import ConfigError, ServesimError
 from tests.helpers import SMALL_EXPERIMENT
 
@@ -210,6 +211,8 @@ def test_a_folder_in_use_fails_at_once(tmp_path: Path, capsys, command: str):
 
 def test_lock_of_a_dead_process_does_not_block_and_leftovers_go(tmp_path: Path, monkeypatch):
     out = tmp_path / "out"
+    source = write_yaml(tmp_path, dict(SMALL_EXPERIMENT, sweep={"seed": [0, 1]}))
+    SweepStore(out).write_manifest(load_sweep(source))  # as the killed sweep of this plan wrote it
     (out / SCRATCH_DIR / "servesim-point-abc123").mkdir(parents=True)
     (out / SCRATCH_DIR / "servesim-point-abc123" / "requests.parquet").write_bytes(b"half")
     (out / LOCK_FILE).write_text("999999\n")  # left by a kill -9: present, but not locked
@@ -229,7 +232,6 @@ def test_lock_of_a_dead_process_does_not_block_and_leftovers_go(tmp_path: Path, 
         return real_tempdir(*args, **kwargs)
 
     monkeypatch.setattr(sweep_exec.tempfile, "TemporaryDirectory", recording_tempdir)
-    source = write_yaml(tmp_path, dict(SMALL_EXPERIMENT, sweep={"seed": [0, 1]}))
     assert main(["sweep", str(source), "--out", str(out), "--quiet"]) == 0
     assert scratch_used == [str((out / SCRATCH_DIR).resolve())] * 2  # points' temporary folders: in --out
     assert not any(path.exists() for path in stale)

@@ -52,3 +52,15 @@ def test_plots_are_reproducible(folders, tmp_path: Path):
     assert first and first == tree(tmp_path / "b")
     svg = first["latency_vs_rate.svg"].decode()
     assert "<dc:date>" not in svg and "offered request rate (req/s)" in svg
+
+
+def test_titles_name_the_requests_a_session_workload_made():
+    from experiments.plots import describe_setup, describe_workload
+
+    sessions = {"num_requests": 2000, "sessions": {"num_sessions": 80}, "arrivals": {"kind": "poisson", "rate": 1.5}}
+    # For sessions num_requests is only a cap: the run's own count is named, else "at most".
+    assert describe_workload(sessions, 414).startswith("414 requests, poisson 1.5 sessions/s")
+    assert describe_workload(sessions).startswith("at most 2000 requests")
+    resolved = {"name": "multi_turn", "workload": sessions}
+    assert "414 requests" in describe_setup(resolved, {"num_requests": 414})
+    assert "414" not in describe_setup(resolved, {"num_requests": 414}, swept=["rate"])

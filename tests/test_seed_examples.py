@@ -1,4 +1,4 @@
-"""Every worked example of the KV-cache chapter, reproduced through servesim's public API."""
+"""Every worked example of docs/kv-cache.md, reproduced through servesim's public API."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def test_search_brackets_the_capacity(tmp_path: Path, capsys):
             "--out", str(out), "--quiet"]
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert "continuous" in printed and "chunked_prefill" in printed and "max req/s" in printed
+    assert "continuous" in printed and "chunked_prefill" in printed and "Max rate" in printed and "Fails at" in printed
     result = json.loads((out / "capacity.json").read_text())
     for series in result["series"]:
         assert series["status"] == "ok", series

@@ -12,6 +12,9 @@ from experiments import sweep as sweep_module
 from experiments.sweep import count_values, expand
 from simcore.errors import ConfigError
 
+# A bound that tells a hang from slow work on a loaded machine, not a speed target.
+HANG_S = 30.0
+
 SOURCE = "exp.yaml"
 
 
@@ -135,7 +138,7 @@ def test_a_grid_past_the_point_limit_is_refused_before_it_is_built():
     with pytest.raises(ConfigError, match=r"exp\.yaml: sweep: this sweep has too many points \(100 x 100 x .* = "
                                           r"100,000,000,000,000,000,000\); expected at most 10,000 points"):
         expand(base(sweep=sweep), source=SOURCE)
-    assert time.perf_counter() - started < 1
+    assert time.perf_counter() - started < HANG_S
 
 
 def test_the_point_limit_counts_variants_times_combinations(monkeypatch):
@@ -156,7 +159,7 @@ def test_copies_of_a_large_experiment_are_bounded():
     with pytest.raises(ConfigError, match=r"exp\.yaml: sweep: this sweep would copy too much: its 300 points each "
                                           r"hold a copy of the experiment, which has more than 66,666 values"):
         expand(data, source=SOURCE)
-    assert time.perf_counter() - started < 2
+    assert time.perf_counter() - started < HANG_S
     data["sweep"] = {"seed": [1, 2]}  # the same experiment over a few points is fine
     assert len(expand(data, source=SOURCE).points) == 2
 

@@ -192,4 +192,4 @@ def test_missing_ray_is_a_clear_error(monkeypatch, tmp_path: Path, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
     source = write_yaml(tmp_path, dict(TINY, sweep={"workload.arrivals.rate": [4.0]}))
     assert main(["sweep", str(source), "--out", str(tmp_path / "out"), "--executor", "ray", "--quiet"]) == 2
-    assert "pip install 'servesim[ray]'" in capsys.readouterr().err
+    assert "pip install -e '.[ray]'" in capsys.readouterr().err

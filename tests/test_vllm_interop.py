@@ -69,7 +69,10 @@ def test_round_trip_compares_with_zero_error(run_folder: Path, capsys):
 def test_compare_with_a_real_result(run_folder: Path, capsys):
     assert main(["compare", str(REAL), str(run_folder)]) == 0
     out = capsys.readouterr().out
-    assert "meta-llama/Llama-3.1-8B-Instruct" in out and "err %" in out and "note:" in out
+    assert "meta-llama/Llama-3.1-8B-Instruct" in out and "err %" in out
+    # TINY draws 12 requests at 8 req/s; the real file has 40 at 4 req/s.
+    assert "warning: workload mismatch: num_prompts differs: real 40, simulated 12" in out
+    assert "request_rate differs: real 4, simulated 8 req/s" in out
     assert (run_folder / "compare" / "compare.png").is_file() and (run_folder / "compare" / "compare.svg").is_file()
     rows = compare_rows(read_vllm(REAL), {"mean_ttft_ms": 2 * read_vllm(REAL)["mean_ttft_ms"]})
     assert rows == [{"metric": "mean_ttft_ms", "real": read_vllm(REAL)["mean_ttft_ms"],
@@ -83,3 +86,26 @@ def test_read_vllm_rejects_other_files(tmp_path: Path):
     (tmp_path / "y.json").write_text("{")
     with pytest.raises(ConfigError, match="not valid JSON"):
         read_vllm(tmp_path / "y.json")
+
+
+def test_compare_leaves_out_metrics_the_real_file_lacks(run_folder: Path, tmp_path: Path, capsys):
+    # `vllm bench serve` writes no E2EL statistics unless --percentile-metrics asks for them.
+    real = {k: v for k, v in read_vllm(REAL).items() if "e2el" not in k}
+    (tmp_path / "real.json").write_text(json.dumps(real))
+    assert main(["compare", str(tmp_path / "real.json"), str(run_folder), "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "no E2EL statistics" in out and "e2el" not in out.split("note:")[0]
+    assert (tmp_path / "cmp" / "compare.png").is_file()
+    assert json.loads((tmp_path / "cmp" / "compare.json").read_text())["workload_mismatches"]["continuous"]
+
+
+def test_a_matching_workload_is_said_to_match():
+    from experiments.report_compare import workload_mismatches
+
+    real = read_vllm(REAL)
+    assert workload_mismatches(real, dict(real)) == []
+    # Within 5% is a match; "inf" (all at once) against a rate is not.
+    close = dict(real, input_lens=[n * 1.04 for n in real["input_lens"]])
+    assert workload_mismatches(real, close) == []
+    found = workload_mismatches(real, dict(real, request_rate="inf", output_lens=[1] * 40))
+    assert [m.split(" differs")[0] for m in found] == ["mean output length", "request_rate"]

@@ -52,3 +52,15 @@ class TorchCostModel:
 
     def output_token_ids(self, request_id: int) -> list[int]:
         return self.engine.output_token_ids(request_id)
+
+    def recorded_tokens(self) -> dict[int, list[int]] | None:
+        """Each request's selected tokens in order, from the log (None unless record_tokens).
+
+        The hook the runner reads after a run to add `output_token_ids` to the requests table.
+        The log, not the engine's token store, is the source: the store may forget a request."""
+        if not self.record_tokens:
+            return None
+        tokens: dict[int, list[int]] = {}
+        for _, request_id, token in self.token_log:
+            tokens.setdefault(request_id, []).append(token)
+        return tokens

@@ -7,7 +7,8 @@ Parameters (the `cost_model` mapping of an experiment file):
   sampling: {temperature, top_p}   default greedy
   attention: auto | portable | triton | flex
   cuda_graphs: bool                capture decode-only steps (CUDA, triton attention)
-  record_tokens: bool              keep a (step, request, token) log on the cost model
+  record_tokens: bool              keep a (step, request, token) log on the cost model; the runner
+                                   adds each request's output_token_ids to requests.parquet
   warmup_rounds: int               throwaway warm-up rounds at construction (default 2)
 The pool holds ctx.num_blocks blocks of ctx.block_size positions (+ ctx.num_host_blocks on the host).
 """

@@ -142,12 +142,14 @@ class ShapeRunner:
 
 def profile_rows(cost_model: TorchCostModel, shapes: list[StepShape], reps: int,
                  progress: Callable[[int, int, dict], None] | None = None, *, interleave: bool = True,
-                 seed: int = 0, round_progress: Callable[[int, int], None] | None = None) -> list[dict]:
+                 seed: int = 0, round_progress: Callable[[int, int], None] | None = None,
+                 run_progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """Median time of each shape over `reps` timed runs (after one untimed run).
 
     Interleaved (the default): every round runs each shape once, in a freshly shuffled order, so a
     shape is timed after other shapes, as in a real run, and slow drift (clocks, a busy host)
     spreads over all shapes instead of biasing a contiguous stretch of the grid.
+    `run_progress(done, total)` hears of each run of a shape (warm-up included), for a progress bar.
     """
     runner = ShapeRunner(cost_model)
     probes = []
@@ -162,8 +164,10 @@ def profile_rows(cost_model: TorchCostModel, shapes: list[StepShape], reps: int,
         order = list(range(len(shapes)))
         for rnd in range(reps + 1):
             rng.shuffle(order)
-            for i in order:
+            for n, i in enumerate(order):
                 wall, gpu = runner.run_once(shapes[i])
+                if run_progress is not None:
+                    run_progress(rnd * len(shapes) + n + 1, (reps + 1) * len(shapes))
                 if rnd:  # round 0 pays one-time costs (allocator growth, autotuning)
                     walls[i].append(wall)
                     gpus[i].append(gpu)
@@ -202,7 +206,7 @@ def run_profile(
     spec: ModelSpec, *, out: str | Path, device: str | None = None, dtype: str | None = None, block_size: int = 16,
     max_context: int = 8192, max_batch: int = 256, quick: bool = False, reps: int | None = None, seed: int = 0,
     params: dict | None = None, progress: Callable[[int, int, dict], None] | None = None,
-    round_progress: Callable[[int, int], None] | None = None,
+    round_progress: Callable[[int, int], None] | None = None, run_progress: Callable[[int, int], None] | None = None,
 ) -> list[dict]:
     """Profile `spec` and write the table to `out`; returns the rows."""
     from backends.torch.factory import make_torch, resolve_device, resolve_dtype
@@ -216,7 +220,7 @@ def run_profile(
     ctx = CostContext(model=spec, hardware_name=torch_device.type, block_size=block_size, num_blocks=num_blocks, seed=seed)
     cost_model = make_torch(cost_params, ctx)
     rows = profile_rows(cost_model, shapes, reps or (3 if quick else 5), progress, seed=seed,
-                        round_progress=round_progress)
+                        round_progress=round_progress, run_progress=run_progress)
     header = {
         "device": device_name(torch_device),
         "dtype": str(torch_dtype).removeprefix("torch."),

@@ -8,6 +8,7 @@ calibration file an experiment names as `cost_model: {name: roofline, calibratio
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from simcore.errors import ServesimError
@@ -22,14 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated parameters to fit; the others keep the roofline's defaults")
     parser.add_argument("--weight-dtype", default=None, help="weight dtype (default: the profile's dtype)")
     parser.add_argument("--kv-dtype", default=None, help="KV dtype (default: the profile's dtype)")
-    parser.add_argument("--tensor-parallel", type=int, default=1)
+    parser.add_argument("--tensor-parallel", type=int, default=1,
+                        help="GPUs the profiled model was split over (scales the per-GPU work and adds communication)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a roofline parameter kept fixed at this value, e.g. --set activation_rw_per_layer=20")
 
 
 def run(args: argparse.Namespace) -> int:
     from backends.base import CostContext
-    from backends.calibration import FITTABLE, fit_roofline, write_calibration
+    from backends.calibration import FITTABLE, fit_roofline, poor_fit_warnings, write_calibration
     from backends.profiled import check_geometry, read_profile
     from backends.roofline import make_roofline
     from simcore.model import DTYPE_BYTES
@@ -65,6 +67,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"calibrated the roofline for {spec.name} on {args.hardware} to {len(table.rows)} shapes of {args.profile}")
     print("  " + ", ".join(f"{k} {result.base_params[k]:.4g} -> {v:.4g}" for k, v in result.params.items()))
     print(format_error_table(result.before, result.after))
+    warnings = poor_fit_warnings(result.after)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if warnings:
+        # A lower error than before is not a usable model: say what to do instead.
+        print("warning: the roofline's formula does not describe these steps well (see docs/fidelity.md, "
+              "'Poor fits'); a profiled cost model (cost_model: {name: profiled, table: PROFILE}) follows "
+              "the measured shapes instead", file=sys.stderr)
     print(f"wrote {out}")
     return 0
 

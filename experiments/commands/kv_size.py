@@ -1,4 +1,4 @@
-"""`servesim kv-size`: the KV-cache payload of eq. 21.2 for a preset, a config.json or raw geometry."""
+"""`servesim kv-size`: the KV-cache payload (docs/kv-cache.md#bytes-per-token) for a preset, a config.json or raw geometry."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         "batch": args.batch,
         "dtype": args.dtype,
         "bytes_per_value": bytes_per_value,
-        # eq. 21.3: bytes one processed position adds to one request
+        # Bytes one processed position adds to one request (docs/kv-cache.md#bytes-per-token)
         "bytes_per_token": kv_cache_bytes(**{**sizes, "batch": 1, "seq_len": 1}),
         "kv_bytes": kv_cache_bytes(**sizes),
         "kv_gib": kv_cache_gib(**sizes),

@@ -11,12 +11,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the plots go (default: DIR/plots)")
     parser.add_argument("--combos", action=argparse.BooleanOptionalAction, default=True,
                         help="for a sweep, also compare policies/variants at every combination of swept values")
+    parser.add_argument("--quiet", action="store_true", help="no progress line while plotting")
 
 
 def run(args: argparse.Namespace) -> int:
+    from experiments.progress import elapsed, progress_wanted
     from experiments.report_plot import plot_results
 
-    paths = plot_results(args.results, args.out, combos=args.combos)
+    # A large sweep takes minutes to plot: say it is working.
+    with elapsed(f"plotting {args.results}", enabled=progress_wanted(args.quiet)):
+        paths = plot_results(args.results, args.out, combos=args.combos)
     if not paths:
         print("servesim: nothing to plot yet (no finished runs in this folder)")
         return 0

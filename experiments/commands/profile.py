@@ -21,25 +21,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"],
                         help="default bf16 on cuda, fp32 on cpu")
     parser.add_argument("--weights", default=None, help="local HF checkpoint directory (default: random weights)")
-    parser.add_argument("--attention", default="auto", choices=["auto", "portable", "triton", "flex"])
+    parser.add_argument("--attention", default="auto", choices=["auto", "portable", "triton", "flex"],
+                        help="decode attention kernel: portable (gather + SDPA, runs anywhere), triton (paged "
+                             "flash-decoding), flex (FlexAttention); auto = triton on CUDA when importable")
     parser.add_argument("--cuda-graphs", action="store_true", help="capture decode-only steps in CUDA graphs")
     parser.add_argument("--quick", action="store_true", help="a coarse grid with 3 repetitions")
     parser.add_argument("--max-context", type=int, default=None, help="longest context profiled (default 8192; 1024 on cpu)")
     parser.add_argument("--max-batch", type=int, default=None, help="largest decode batch (default 256; 32 on cpu)")
-    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--block-size", type=int, default=16, help="KV cache block size in tokens")
     parser.add_argument("--reps", type=int, default=None, help="timed repetitions per shape (median kept)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed for the random weights and the order shapes are timed in")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for torch (1 gives steadier CPU timings on a shared machine)")
+    parser.add_argument("--quiet", action="store_true", help="no progress (bar or round lines)")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         import torch
     except ModuleNotFoundError:
-        raise ServesimError("`servesim profile` needs PyTorch (pip install 'servesim[torch]')") from None
+        raise ServesimError("`servesim profile` needs PyTorch (pip install -e '.[torch]' in the servesim repository)") from None
     from backends.profiled import format_holdout, holdout_report, read_profile
     from backends.torch.profile import run_profile
+    from experiments.progress import progress_bar, progress_wanted
     from simcore.presets import get_model
 
     spec = get_model(args.model)
@@ -60,15 +64,28 @@ def run(args: argparse.Namespace) -> int:
               f"prefill={int(row['num_prefill_tokens']):6d} decode={int(row['num_decode_tokens']):4d} "
               f"max_ctx={int(row['max_context']):6d}  {row['time_s'] * 1e3:9.3f} ms", flush=True)
 
+    # On a terminal a bar counts the runs of shapes; in a log, a line per round over the grid.
+    drawing = progress_wanted(args.quiet)
+    bar = progress_bar(None, "profiling", unit="run", enabled=drawing)
+
+    def runs(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+        if done == total:
+            bar.close()  # before the rows are listed on stdout
+
     def rounds(done: int, total: int) -> None:
+        if drawing or args.quiet:
+            return
         print(f"round {done + 1}/{total} over the grid{' (untimed warm-up)' if done == 0 else ''} "
               f"at {time.perf_counter() - started:.1f} s", flush=True)
 
-    rows = run_profile(
-        spec, out=args.out, device=args.device, dtype=args.dtype, block_size=args.block_size,
-        max_context=max_context, max_batch=max_batch, quick=args.quick, reps=args.reps, seed=args.seed,
-        params=params, progress=progress, round_progress=rounds,
-    )
+    with bar:
+        rows = run_profile(
+            spec, out=args.out, device=args.device, dtype=args.dtype, block_size=args.block_size,
+            max_context=max_context, max_batch=max_batch, quick=args.quick, reps=args.reps, seed=args.seed,
+            params=params, progress=progress, round_progress=rounds, run_progress=runs,
+        )
     print(f"wrote {len(rows)} shapes to {args.out} in {time.perf_counter() - started:.1f} s")
     for line in format_holdout(holdout_report(read_profile(args.out).rows)):
         print(line)

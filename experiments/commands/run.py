@@ -6,22 +6,29 @@ import argparse
 import sys
 from pathlib import Path
 
+from experiments.table import TABLE_STYLES
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", type=Path, help="experiment YAML file")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default: results/<experiment name>)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the results folder whole if it already holds results")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field, e.g. --set workload.num_requests=50 (repeatable)")
     parser.add_argument("--check", action="store_true", help="verify block-manager invariants after every step")
-    parser.add_argument("--quiet", action="store_true", help="print only the summary table")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary table (no progress)")
+    parser.add_argument("--table", choices=TABLE_STYLES, default="text",
+                        help="print the summary table as aligned text, CSV or Markdown")
     parser.add_argument("--no-fast-forward", action="store_true",
                         help="take every step on its own (limits.fast_forward: false); the results are identical")
 
 
 def run(args: argparse.Namespace) -> int:
     from experiments.config import load_experiment
-    from experiments.io import locked_folder
+    from experiments.io import check_replaceable, fresh_staging, locked_folder, remove_staging, replace_folder
+    from experiments.progress import RunProgress, progress_wanted
     from experiments.runner import run_experiment
     from experiments.table import format_summary_table
     from simcore.errors import ConfigError
@@ -43,16 +50,25 @@ def run(args: argparse.Namespace) -> int:
         echo(f"servesim: {exp.name}: {len(exp.policies)} policies -> {out}")
     try:
         with locked_folder(out):
-            result = run_experiment(exp, source=args.experiment, out_dir=out, echo=echo)
+            check_replaceable(out, overwrite=args.overwrite)
+            # Built beside --out and swapped into place when complete: the folder holds the
+            # previous results or the new ones, never a mix, whenever the run is killed.
+            staged = fresh_staging(out)
+            try:
+                result = run_experiment(exp, source=args.experiment, out_dir=staged, echo=echo,
+                                        progress=RunProgress(progress_wanted(args.quiet)))
+            except BaseException:
+                remove_staging(out)
+                raise
+            replace_folder(staged, out)
     except BaseException:
-        # A run that fails before writing anything (a trace not found, say) leaves no empty
-        # folder behind; one with some results keeps them.
+        # A run that fails leaves no empty folder of its own behind.
         _remove_empty(created)
         raise
     if echo is None:
         for note in result.info.get("workload_notes", []):
             print(f"note: workload: {note}", file=sys.stderr)
-    print(format_summary_table([r.summary for r in result.runs]))
+    print(format_summary_table([r.summary for r in result.runs], args.table))
     for r in result.runs:
         if r.result.end_reason != "done":
             print(f"note: {r.label} stopped at {r.result.end_reason} with "

@@ -21,18 +21,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", "-j", type=int, default=1,
                         help="points run at once (local: worker processes; 0 = one per CPU; 1 = inline)")
     parser.add_argument("--executor", choices=EXECUTORS, default="local",
-                        help="local processes, or Ray tasks (needs `pip install servesim[ray]`)")
+                        help="local processes, or Ray tasks (needs `pip install -e '.[ray]'` in the repository)")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address (e.g. ray://head:10001 or auto); default: a private local Ray")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of every point, e.g. --set workload.num_requests=50 (repeatable)")
     parser.add_argument("--no-fast-forward", action="store_true",
                         help="take every step on its own (limits.fast_forward: false); the results are identical")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the folder whole when it holds other results (another plan); "
+                             "a folder of the same plan is resumed without it")
     parser.add_argument("--dry-run", action="store_true", help="list the points and exit")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
+    from experiments.progress import progress_wanted
     from experiments.report import sweep_table
     from experiments.sweep import load_sweep
     from experiments.sweep_run import run_sweep
@@ -50,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
               f"policies -> {out} ({args.executor}, {jobs} jobs)", file=sys.stderr)
     try:
         outcome = run_sweep(plan, out, jobs=jobs, executor=args.executor, address=args.address,
-                            progress=not args.quiet)
+                            progress=progress_wanted(args.quiet), overwrite=args.overwrite)
     except KeyboardInterrupt:
-        print(f"servesim: sweep interrupted; finished points are kept in {out / 'points'} and "
-              "the same command resumes it", file=sys.stderr)
+        print("servesim: sweep interrupted; its finished points are kept and the same command resumes it",
+              file=sys.stderr)
         raise
     print(sweep_table(out))
     if outcome.skipped:

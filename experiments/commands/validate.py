@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="CPU threads for torch (default: as the CPU profile was measured)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override an experiment field, e.g. --set workload.num_requests=20 (repeatable)")
-    parser.add_argument("--quiet", action="store_true", help="print only the report tables")
+    parser.add_argument("--quiet", action="store_true", help="print only the report tables (no progress)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,10 +42,11 @@ def run(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
     except ModuleNotFoundError:
         raise ServesimError("`servesim validate` runs the real engine and needs PyTorch "
-                            "(pip install 'servesim[torch]')") from None
+                            "(pip install -e '.[torch]' in the servesim repository)") from None
     from experiments.config import load_experiment
     from experiments.fidelity import format_report, resolve_setup, run_validation
     from experiments.io import locked_folder
+    from experiments.progress import RunProgress, progress_wanted
     from simcore.validate import parse_yaml
 
     exp = load_experiment(args.experiment, args.overrides)
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
         setup.torch_params["_threads"] = args.threads
     echo = None if args.quiet else (lambda line: print(line, file=sys.stderr))
     with locked_folder(args.out):
-        result = run_validation(exp, setup, source=args.experiment, out_dir=args.out, echo=echo)
+        result = run_validation(exp, setup, source=args.experiment, out_dir=args.out, echo=echo,
+                                progress=RunProgress(progress_wanted(args.quiet)))
     print(format_report(result.report))
     print(f"results: {args.out} (fidelity.json, step_pairs.parquet, request_pairs.parquet, plots/)")
     return 0
