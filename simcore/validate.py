@@ -73,13 +73,58 @@ class _Shown:
 def config_error_from_pydantic(
     exc: pydantic.ValidationError, *, source: str | Path | None, prefix: str = "", model: Any = None
 ) -> ConfigError:
-    """The first problem of a pydantic ValidationError as one ConfigError."""
-    errors = exc.errors(include_url=False)
+    """The problems of a pydantic ValidationError as one ConfigError: the most helpful first, on
+    the message's first line, then each problem at another place on a line of its own (at most
+    MAX_REPORTED_ERRORS), so a file with several mistakes is fixed in one round."""
+    all_errors = exc.errors(include_url=False)
+    errors = all_errors[:_MAX_ERRORS_SCANNED]
     first = _most_helpful(errors)
-    parts, ann, parent = _walk(model, tuple(first.get("loc", ())))
-    # Errors at the same place are the members of a plain union (e.g. `str | list[str]`): say all.
-    same = [e for e in errors[:_MAX_ERRORS_SCANNED] if _walk(model, tuple(e.get("loc", ())))[0] == parts]
-    return _convert(first, same, parts, ann, parent, source=str(source) if source else None, prefix=prefix)
+    # Errors at one place are the members of a plain union (e.g. `str | list[str]`): said together.
+    # Items of one list count as one place (200,000 bad values are one mistake, said once).
+    places: dict[str, list[dict]] = {}
+    walked = {}
+    for err in [first, *errors]:
+        parts, ann, parent = _walk(model, tuple(err.get("loc", ())))
+        key = repr([part if isinstance(part, str) else "[]" for part in parts])
+        if key not in places:
+            places[key], walked[key] = [], (parts, ann, parent)
+        if err is not first or len(places[key]) == 0:
+            places[key].append(err)
+    source_text = str(source) if source else None
+    problems = []
+    for key, same in places.items():
+        lead = same[0]
+        if lead is not first and _is_a_misspelling(lead, first):
+            continue  # `rate` missing, when `rat` was written: the hint on `rat` says it
+        problems.append(_convert(lead, same, *walked[key], source=source_text, prefix=prefix))
+    if len(problems) == 1:
+        return problems[0]
+    text = str(problems[0])
+    shown = 1
+    for problem in problems[1:MAX_REPORTED_ERRORS]:
+        line = f"\n  also: {problem}"
+        if len(text) + len(line) > MAX_REPORTED_CHARS:
+            break
+        text += line
+        shown += 1
+    if len(all_errors) > len(errors):
+        text += "\n  (and more)"
+    elif shown < len(problems):
+        text += f"\n  ({len(problems) - shown} more)"
+    error = ConfigError(text)
+    error.source, error.where = problems[0].source, problems[0].where
+    return error
+
+
+# Most problems, and characters, one config error lists (the rest are counted).
+MAX_REPORTED_ERRORS = 10
+MAX_REPORTED_CHARS = 1500
+
+
+def _is_a_misspelling(missing: dict, unknown: dict) -> bool:
+    """Whether `missing` is a required key that the unknown key `unknown` was meant to be."""
+    return missing.get("type") == "missing" and unknown.get("type") == "extra_forbidden" and \
+        tuple(missing.get("loc", ()))[:-1] == tuple(unknown.get("loc", ()))[:-1]
 
 
 def _most_helpful(errors: list[dict]) -> dict:

@@ -377,3 +377,23 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path):
     process.stdout.close()  # gone before the table is printed
     stderr = process.stderr.read().decode()
     assert process.wait() == 141 and stderr == "", stderr
+
+
+def test_every_mistake_of_a_file_is_reported_at_once(tmp_path):
+    data = {**BASE, "seed": -1, "workload": {**BASE["workload"], "rat": 3},
+            "policies": [{"name": "continuous", "admission": "reserv", "max_num_seqs": 0}]}
+    result = cli("run", str(write(tmp_path, data)), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    first, *others = result.stderr.strip().splitlines()
+    assert first.startswith("servesim: error: ") and first.endswith("seed: out of range; expected a whole number "
+                                                                       ">= 0, found -1")
+    assert [line.split(": ")[2] for line in others] == ["workload.rat", "policies[0].max_num_seqs",
+                                                           "policies[0].admission"]
+    assert all(line.startswith("  also: ") for line in others)
+    assert "did you mean 'reserve'" in others[-1]
+
+
+def test_a_misspelt_key_is_not_also_reported_missing(tmp_path):
+    workload = {key: value for key, value in BASE["workload"].items() if key != "arrivals"}
+    result = cli("run", str(write(tmp_path, {**BASE, "workload": {**workload, "arival": BASE["workload"]["arrivals"]}})))
+    assert result.returncode == 2 and "also:" not in result.stderr, result.stderr
