@@ -80,23 +80,21 @@ def config_error_from_pydantic(
     errors = all_errors[:_MAX_ERRORS_SCANNED]
     first = _most_helpful(errors)
     # Errors at one place are the members of a plain union (e.g. `str | list[str]`): said together.
-    # Items of one list count as one place (200,000 bad values are one mistake, said once).
-    places: dict[str, list[dict]] = {}
-    walked = {}
-    for err in [first, *errors]:
-        parts, ann, parent = _walk(model, tuple(err.get("loc", ())))
-        key = repr([part if isinstance(part, str) else "[]" for part in parts])
-        if key not in places:
-            places[key], walked[key] = [], (parts, ann, parent)
-        if err is not first or len(places[key]) == 0:
-            places[key].append(err)
+    at_place: dict[str, list[dict]] = {}
+    # One problem a place, where the items of one list count as one place (200,000 bad values
+    # are one mistake, said once): its first error and where that is.
+    leads: dict[str, tuple[dict, tuple]] = {}
+    for err in [first, *(e for e in errors if e is not first)]:
+        walked = _walk(model, tuple(err.get("loc", ())))
+        at_place.setdefault(repr(walked[0]), []).append(err)
+        leads.setdefault(repr([p if isinstance(p, str) else "[]" for p in walked[0]]), (err, walked))
     source_text = str(source) if source else None
-    problems = []
-    for key, same in places.items():
-        lead = same[0]
-        if lead is not first and _is_a_misspelling(lead, first):
-            continue  # `rate` missing, when `rat` was written: the hint on `rat` says it
-        problems.append(_convert(lead, same, *walked[key], source=source_text, prefix=prefix))
+    problems = [
+        _convert(lead, at_place[repr(walked[0])], *walked, source=source_text, prefix=prefix)
+        for lead, walked in leads.values()
+        # (`rate` missing, when `rat` was written: the hint on `rat` says it)
+        if lead is first or not _is_a_misspelling(lead, first)
+    ]
     if len(problems) == 1:
         return problems[0]
     text = str(problems[0])

@@ -29,6 +29,11 @@ def drive(policy, now: float = 0.0, step_s: float = 0.01):
     return plan, now + step_s
 
 
+# A bound that tells a hang from slow work on a loaded machine (not a speed target): the fuzzers'
+# per-example guard and the tests that work done on a huge input stays bounded.
+HANG_S = 30.0
+
+
 # A small valid experiment mapping for tests that mutate or break one field at a time.
 SMALL_EXPERIMENT = {
     "name": "t",

@@ -44,12 +44,11 @@ from experiments.runner import resolve_kv, run_experiment
 from experiments.sweep import expand
 from simcore.errors import ServesimError
 from simcore.validate import parse_yaml
+from tests.helpers import HANG_S
 
 # Many generated cases: run with `-m fuzz` (CI does; the default run leaves them out).
 pytestmark = pytest.mark.fuzz
 
-# Per-example wall-clock guard: a run that takes longer than this is a hang.
-HANG_S = 30.0
 # Address space an example may add (see memory_guard): far above any example's needs (a few
 # hundred MB), far below the 24 GiB of a CI machine.
 MEMORY_HEADROOM = 6 * 2**30

@@ -23,10 +23,8 @@ from simcore.validate import (
     parse_yaml,
     set_path,
 )
+from tests.helpers import HANG_S
 from workloads.spec import MAX_COUNT, parse_workload
-
-# A bound that tells a hang from slow work on a loaded machine, not a speed target.
-HANG_S = 30.0
 
 WORKLOAD = """\
 workload:

@@ -11,9 +11,7 @@ import pytest
 from experiments import sweep as sweep_module
 from experiments.sweep import count_values, expand
 from simcore.errors import ConfigError
-
-# A bound that tells a hang from slow work on a loaded machine, not a speed target.
-HANG_S = 30.0
+from tests.helpers import HANG_S
 
 SOURCE = "exp.yaml"
 
