@@ -165,6 +165,55 @@ class OutputConfig(Strict):
     plots: bool = True
 
 
+class RouterConfig(Strict):
+    name: str = Field("round_robin", description="round_robin, random, least_outstanding, least_kv, power_of_two, "
+                      "session_affinity or prefix_aware (docs/cluster.md)")
+    # Time from the router's decision to the request reaching its replica (in TTFT).
+    delay_ms: float = Field(0.0, ge=0)
+    # prefix_aware only: the weights of the cached-prefix share and of the queue score.
+    prefix_weight: float = Field(1.0, ge=0)
+    load_weight: float = Field(1.0, ge=0)
+
+    @field_validator("name")
+    @classmethod
+    def _known_router(cls, value: str) -> str:
+        from policies.routers import ROUTERS
+
+        if value not in ROUTERS:
+            raise ValueError(f"unknown router {value!r}; expected one of {sorted(ROUTERS)}")
+        return value
+
+    @model_validator(mode="after")
+    def _weights_only_where_read(self) -> RouterConfig:
+        from policies.routers import ROUTER_PARAMS
+
+        for name in ("prefix_weight", "load_weight"):
+            if name in self.model_fields_set and name not in ROUTER_PARAMS.get(self.name, ()):
+                raise ValueError(f"{name} is read only by the prefix_aware router, not by {self.name}")
+        return self
+
+    def params(self) -> dict[str, float]:
+        """The router's own parameters (policies.routers.ROUTER_PARAMS)."""
+        from policies.routers import ROUTER_PARAMS
+
+        return {name: getattr(self, name) for name in ROUTER_PARAMS.get(self.name, ())}
+
+
+class ClusterConfig(Strict):
+    # Identical replicas of the engine (each its own policy, KV cache and cost model).
+    replicas: int = Field(1, ge=1, le=256)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+
+
+class ClientsConfig(Strict):
+    # Closed loop: this many clients, each sending its next request when its last one came back
+    # (vllm bench serve --max-concurrency); the workload's arrival times are not read.
+    concurrency: int = Field(ge=1, le=1_000_000)
+    # Time between a request coming back and the client's next one: fixed, or exponential with this mean.
+    think_time_s: float = Field(0.0, ge=0)
+    think_time: Literal["fixed", "exponential"] = "fixed"
+
+
 class Experiment(Strict):
     name: str = Field("experiment", description=(
         "Shown in titles; names the default results folder (results/<name>, results/<name>-sweep). "
@@ -182,6 +231,10 @@ class Experiment(Strict):
     policies: list[PolicyConfig] = Field(min_length=1)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    # Several replicas behind a router (docs/cluster.md); none: one engine.
+    cluster: ClusterConfig | None = None
+    # Closed-loop clients instead of the workload's arrival times.
+    clients: ClientsConfig | None = None
     output: OutputConfig = Field(default_factory=OutputConfig)
     # Sweeps (servesim sweep): dotted path -> list of values, plus optional `mode: product|zip`;
     # checked by experiments.sweep, which expands them into points.

@@ -20,11 +20,14 @@ from experiments.progress import RunProgress
 from experiments.request_sink import RequestSink
 from policies.accelerate import accelerator_for
 from policies.registry import make_policy
+from policies.routers import make_router
 from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
-from simcore.engine import RunLimits, RunResult, simulate
+from simcore.cluster import ClosedLoopSpec, ClusterResult, ClusterSteps, Replica, simulate_cluster
+from simcore.engine import RunLimits, RunResult
 from simcore.errors import ConfigError
 from simcore.hf_config import context_length
+from simcore.itl import ItlLog
 from simcore.metrics import add_token_columns, summarize_frame, token_columns_as_text
 from simcore.model import DTYPE_BYTES, GIB
 from simcore.prefix import PrefixHasher
@@ -160,50 +163,86 @@ def run_experiment(
         # An earlier run's summary goes before this run writes anything: until its own is written,
         # last, the folder reads as incomplete rather than as old results over half-new files.
         path_under(out_dir, RUN_COMPLETE).unlink(missing_ok=True)
+    num_replicas = exp.cluster.replicas if exp.cluster is not None else 1
+    clients = None
+    if exp.clients is not None:
+        clients = ClosedLoopSpec(exp.clients.concurrency, exp.clients.think_time_s, exp.clients.think_time, exp.seed)
+        run.info["workload_notes"].append(
+            f"closed loop: {exp.clients.concurrency} clients send the requests in order, each its next one "
+            "when its last came back; the workload's arrival times are not read")
     for index, (label, policy_cfg) in enumerate(zip(labels, exp.policies)):
-        cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
-        # A cost model that ran a real engine may keep the tokens it selected (torch's
-        # record_tokens): read from the model itself, as a wrapper need not pass the hook on.
-        recorded_tokens = getattr(cost_model, "recorded_tokens", None)
-        if wrap_cost_model is not None:
-            cost_model = wrap_cost_model(cost_model)
         options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
         options["max_model_len"] = max_model_lens[index]
         caching = caching_by_policy[index]
-        emit_block_tables = getattr(cost_model, "needs_block_tables", False)
-        inert_cache = caching and cache_cannot_hit and not emit_block_tables
-        policy = _make_policy(
-            label, source_str, policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
-            prefix_caching=caching and not inert_cache, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
-            emit_block_tables=emit_block_tables, block_bytes=kv["block_bytes"],
-            delivery_s=exp.metrics.delivery_ms / 1000.0, **options,
-        )
-        if inert_cache:
-            policy.counts_prefix_queries = True
         started = time.perf_counter()
-        sink = RequestSink()
-        spill = None
         policy_dir = path_under(out_dir, label) if out_dir is not None else None
-        if policy_dir is not None and exp.output.format == "parquet":
-            policy_dir.mkdir(parents=True, exist_ok=True)
-            spill = policy_dir / ".steps.parquet.partial"
-        accelerator = accelerator_for(policy) if fast_forward else None
-        on_progress = progress.policy(label, len(template)) if progress is not None else None
+        replicas, sinks, recorded = [], [], []
+        for _ in range(num_replicas):
+            cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
+            # A cost model that ran a real engine may keep the tokens it selected (torch's
+            # record_tokens): read from the model itself, as a wrapper need not pass the hook on.
+            recorded.append(getattr(cost_model, "recorded_tokens", None))
+            if wrap_cost_model is not None:
+                cost_model = wrap_cost_model(cost_model)
+            emit_block_tables = getattr(cost_model, "needs_block_tables", False)
+            inert_cache = caching and cache_cannot_hit and not emit_block_tables
+            policy = _make_policy(
+                label, source_str, policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
+                prefix_caching=caching and not inert_cache, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
+                emit_block_tables=emit_block_tables, block_bytes=kv["block_bytes"],
+                delivery_s=exp.metrics.delivery_ms / 1000.0, **options,
+            )
+            if inert_cache:
+                policy.counts_prefix_queries = True
+            sinks.append(RequestSink())
+            spill = None
+            if policy_dir is not None and exp.output.format == "parquet" and num_replicas == 1:
+                policy_dir.mkdir(parents=True, exist_ok=True)
+                spill = policy_dir / ".steps.parquet.partial"
+            replicas.append(Replica(policy, cost_model, accelerator_for(policy) if fast_forward else None,
+                                    on_finished=sinks[-1].add, steps_spill=spill))
+        # (Progress counts the cluster's finished requests through the first replica's engine.)
+        replicas[0].on_progress = progress.policy(label, len(template)) if progress is not None else None
+        router = None
+        if exp.cluster is not None:
+            router = make_router(exp.cluster.router.name, num_replicas, seed=exp.seed, **exp.cluster.router.params())
         try:
-            result = simulate(template, policy, cost_model, limits=limits, accelerator=accelerator,
-                              on_finished=sink.add, on_progress=on_progress, steps_spill=spill)
+            cluster = simulate_cluster(template, replicas, router=router, limits=limits, clients=clients,
+                                       router_delay_s=exp.cluster.router.delay_ms / 1000.0 if exp.cluster else 0.0)
+        except ValueError as exc:  # what the cluster cannot run (closed-loop clients with sessions)
+            raise ConfigError("unsupported combination", source=source_str, where="clients",
+                              expected="a workload without follow-up turns", found=str(exc)) from None
         finally:
             if progress is not None:
                 progress.close()  # before the policy's line is echoed
-        sink.add([*result.finished, *result.rejected, *result.unfinished])
-        frame = sink.frame()
-        if recorded_tokens is not None and (outputs := recorded_tokens()) is not None:
-            prompts = {r.request_id: r.prompt_token_ids for r in template if r.prompt_token_ids is not None}
-            add_token_columns(frame, outputs, prompts)
+        frames = []
+        for replica_index, (sink, result) in enumerate(zip(sinks, cluster.replicas)):
+            sink.add([*result.finished, *result.rejected, *result.unfinished])
+            frame = sink.frame()
+            tokens = recorded[replica_index]
+            if tokens is not None and (outputs := tokens()) is not None:
+                prompts = {r.request_id: r.prompt_token_ids for r in template if r.prompt_token_ids is not None}
+                add_token_columns(frame, outputs, prompts)
+            if exp.cluster is not None:
+                frame.insert(1, "replica", replica_index)
+            frames.append(frame)
+        frame = frames[0] if len(frames) == 1 else \
+            pd.concat(frames, ignore_index=True).sort_values("request_id", kind="stable", ignore_index=True)
+        result = cluster.replicas[0] if num_replicas == 1 else _cluster_result(cluster)
+        policy = replicas[0].policy
         if limits.check_invariants:
             _check_conservation(frame, template)
-        summary = summarize_frame(frame, itl=policy.itl, slo_ms=exp.metrics.slo.as_dict() or None,
-                                  extra=_policy_extra(policy, result, frame))
+        slo_ms = exp.metrics.slo.as_dict() or None
+        summary = summarize_frame(frame, itl=result.itl, slo_ms=slo_ms,
+                                  extra=_cluster_extra(replicas, cluster, frames) if exp.cluster is not None
+                                  else _policy_extra(policy, result, frame))
+        if exp.cluster is not None:
+            summary["replicas"] = [
+                summarize_frame(part, itl=replica_result.itl, slo_ms=slo_ms,
+                                extra=_policy_extra(replica.policy, replica_result, part))
+                for replica, replica_result, part in zip(replicas, cluster.replicas, frames)]
+        if cluster.max_concurrency is not None:
+            summary["max_concurrency"] = cluster.max_concurrency
         summary = {"label": label, "policy": policy_cfg.name, **summary}
         run.runs.append(PolicyRun(label, result, summary, frame))
         if echo is not None:
@@ -247,6 +286,31 @@ def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # no
         "mean_swap_delay_ms": _mean_ms(frame.loc[frame["num_swaps"] > 0, "swap_delay_s"]),
         "mean_recompute_delay_ms": _mean_ms(frame.loc[frame["num_recomputed_tokens"] > 0, "recompute_delay_s"]),
         "num_prefix_evictions": policy.bm.num_evictions,
+    }
+
+
+def _cluster_result(cluster: ClusterResult) -> RunResult:
+    """The replicas' results read as one run's (their requests are in the sinks already)."""
+    results = cluster.replicas
+    return RunResult(finished=[], rejected=[], unfinished=[], steps=ClusterSteps([r.steps for r in results]),
+                     end_reason=cluster.end_reason, sim_time_s=cluster.sim_time_s, wall_time_s=cluster.wall_time_s,
+                     num_events=sum(r.num_events for r in results), itl=ItlLog.merged([r.itl for r in results]))
+
+
+def _cluster_extra(replicas: list[Replica], cluster: ClusterResult, frames: list[pd.DataFrame]) -> dict:
+    """A cluster's totals: each replica's counts added up (times and means by the whole table)."""
+    parts = [_policy_extra(replica.policy, result, frame)
+             for replica, result, frame in zip(replicas, cluster.replicas, frames)]
+    totals = {name: sum(part[name] for part in parts) for name in parts[0]
+              if all(isinstance(part[name], int) for part in parts)}
+    frame = pd.concat(frames, ignore_index=True)
+    return {
+        **totals, "end_reason": cluster.end_reason, "sim_time_s": cluster.sim_time_s,
+        "num_replicas": len(replicas),
+        "num_routed": [sum(1 for _, index, _ in cluster.decisions if index == i) for i in range(len(replicas))],
+        "transfer_time_s": sum(part["transfer_time_s"] for part in parts),
+        "mean_swap_delay_ms": _mean_ms(frame.loc[frame["num_swaps"] > 0, "swap_delay_s"]),
+        "mean_recompute_delay_ms": _mean_ms(frame.loc[frame["num_recomputed_tokens"] > 0, "recompute_delay_s"]),
     }
 
 

@@ -155,7 +155,7 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan | None:
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
-        self.waiting.sort_by_prefix(self._cached_prefix_positions)
+        self.waiting.sort_by_prefix(self.cached_prefix_positions)
         self._begin_plan()
         self.fill(now)
         builder = self._builder
@@ -369,9 +369,11 @@ class Scheduler:
         self.running.append(request)
         self._builder.admitted.append(request.request_id)  # type: ignore[union-attr]
 
-    def _cached_prefix_positions(self, request: Request) -> int:
-        """Positions of the request's prompt the device cache holds (longest prefix match)."""
-        return self.prefix.lookup(request).num_blocks * self.bm.block_size
+    def cached_prefix_positions(self, request: Request, *, remember: bool = True) -> int:
+        """Positions of the request's prompt the device cache holds (longest prefix match).
+        A reader outside the policy (a router) asks with `remember=False`: the request may
+        never come here."""
+        return self.prefix.lookup(request, remember=remember).num_blocks * self.bm.block_size
 
     # ---- rules: running requests and preemption --------------------------------------------
 

@@ -37,11 +37,13 @@ class PrefixReuse:
         # Each request's block hashes and contents, worked out once.
         self._chains: dict[int, tuple[list[int], list[BlockContent]]] = {}
 
-    def lookup(self, request: Request) -> PrefixHit:
-        """The device blocks that already hold the request's first blocks."""
+    def lookup(self, request: Request, *, remember: bool = True) -> PrefixHit:
+        """The device blocks that already hold the request's first blocks (`remember`: keep the
+        request's block hashes for its later lookups; a router asking about a request that may
+        never come here does not)."""
         if not self.enabled or not self.hasher.has_content(request):  # type: ignore[union-attr]
             return NO_HIT
-        hashes, contents = self._chain(request)
+        hashes, contents = self._chain(request, remember)
         # Never count the last known token as a hit: its logits must be computed.
         max_blocks = (request.num_tokens - 1) // self.bm.block_size
         root = self.hasher.root_identity(request)  # type: ignore[union-attr]
@@ -107,11 +109,12 @@ class PrefixReuse:
     def forget(self, request_id: int) -> None:
         self._chains.pop(request_id, None)
 
-    def _chain(self, request: Request) -> tuple[list[int], list[BlockContent]]:
+    def _chain(self, request: Request, remember: bool = True) -> tuple[list[int], list[BlockContent]]:
         found = self._chains.get(request.request_id)
         if found is None:
             assert self.hasher is not None
             contents = self.hasher.block_contents(request, request.num_final_positions)
             found = (self.hasher.chain(request, contents), contents)
-            self._chains[request.request_id] = found
+            if remember:
+                self._chains[request.request_id] = found
         return found

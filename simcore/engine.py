@@ -6,7 +6,8 @@ it for a plan, sleeps for the cost model's price of that plan, and completes it.
 (`policies.accelerate`), when given, may extend a planned step with the steps that are certain
 to follow it (a `Run`): the engine prices them one at a time as the clock reaches them, and
 cuts the run where a delivered request could change it (`Run.steps_kept`), at its own end, or
-at the horizon. `simulate` replays a list of requests through one engine.
+at the horizon. `simulate` replays a list of requests through one engine; `simcore.cluster` runs several behind
+a router.
 
 The clock counts femtoseconds (`simcore.clock`); the engine's wake-ups come after everything
 else due at the same instant (`_late`), so a step that starts when a request arrives sees it.
@@ -18,12 +19,11 @@ import gc
 import math
 import sys
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from pathlib import Path
 from typing import Protocol
 
 import simpy
@@ -35,7 +35,7 @@ from simcore.itl import ItlLog
 from simcore.plan import Repeat, StepPlan
 from simcore.pricing import CostModel, repeat_times, step_extras
 from simcore.request import Request, Status
-from simcore.sources import FollowUps, replay
+from simcore.sources import Releases
 from simcore.steplog import StepLog, StepRecord
 
 
@@ -83,7 +83,8 @@ class Accelerator(Protocol):
     def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> Run | None:
         """The steps certain to follow `plan` (completed: the policy's state is the one it
         leaves; `finished` left in it), or None. With `closed_loop`, a finish releases requests
-        (follow-up turns): a run ends at its first finish, and every delivery cuts it."""
+        (follow-up turns, a closed-loop client's next): a run ends at its first finish, and
+        every delivery cuts it."""
 
 
 @dataclass
@@ -126,6 +127,17 @@ PROGRESS_EVERY = 256
 GC_YOUNG_THRESHOLD = 100_000
 
 
+@dataclass
+class _OpenRun:
+    """A run whose steps are being taken: the run, the planned step's end and the steps' ends
+    so far (ticks); `finished` is set once `Engine.observe` has completed them."""
+
+    run: Run
+    end: int
+    ends: list[int]
+    finished: list[Request] | None = None
+
+
 class _Late(Event):
     """A timeout processed after every other event due at the same instant (arrivals, releases,
     whatever they start), so a step that starts when a request is delivered sees it."""
@@ -143,7 +155,7 @@ class Engine:
 
     def __init__(self, env: simpy.Environment, policy: Policy, cost_model: CostModel, *,
                  accelerator: Accelerator | None = None, limits: RunLimits | None = None,
-                 log: StepLog | None = None, follow_ups: FollowUps | None = None,
+                 log: StepLog | None = None, releases: Releases | None = None,
                  on_step: Callable[[float], None] | None = None,
                  on_finished: Callable[[list[Request]], None] | None = None,
                  on_progress: Callable[[float, int], None] | None = None) -> None:
@@ -154,7 +166,8 @@ class Engine:
         self.accelerator = accelerator if on_step is None else None
         self.limits = limits or RunLimits()
         self.log = log if log is not None else StepLog()
-        self.follow_ups = follow_ups
+        # What hears of requests leaving (finished or rejected): follow-up turns, clients.
+        self.releases = releases
         self.on_step = on_step
         self.on_finished = on_finished
         # Called with (simulated seconds, requests finished) every PROGRESS_EVERY events: the
@@ -163,13 +176,17 @@ class Engine:
         self._next_progress = PROGRESS_EVERY if on_progress is not None else sys.maxsize
         self.num_handed_over = 0  # finished requests passed to on_finished
         self.horizon = to_ticks(self.limits.max_sim_time_s) if self.limits.max_sim_time_s is not None else None
-        # Delivered requests the policy has not been handed yet.
+        # Delivered requests the policy has not been handed yet, and when each was delivered
+        # (ticks: its arrival, or later where a router delays it).
         self.inbox: list[Request] = []
+        self._inbox_ticks: list[int] = []
         # Sources that may still deliver requests (a trace, each released follow-up turn).
         self.num_open_sources = 0
         self.end_reason = "done"
         self.num_events = 0
         self._wake: Event | None = None
+        # The run under way, while its steps are taken (see `observe`).
+        self._open_run: _OpenRun | None = None
         self._num_rejected_seen = 0
         self._wall_start = time.perf_counter()
         self.process = env.process(self._serve())
@@ -177,8 +194,9 @@ class Engine:
     # ---- what sources call ------------------------------------------------------------------
 
     def submit(self, request: Request) -> None:
-        """A request is delivered (at its arrival, or when released)."""
+        """A request is delivered (now: at its arrival, when released, or after a router's delay)."""
         self.inbox.append(request)
+        self._inbox_ticks.append(self.env.now)
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
@@ -194,6 +212,17 @@ class Engine:
     def now_s(self) -> float:
         return to_seconds(self.env.now)
 
+    def observe(self) -> None:
+        """Bring the policy's state to now, for a reader outside the engine (a router): as
+        stepping leaves it, every step that has started completed (a step is completed when it
+        starts). A run under way is cut at the step in progress and completed now; the engine
+        goes on from there when that step ends, as after any cut. The steps a run has taken all
+        started before the earliest event due when it took them (`_take_steps`), so before now."""
+        open_run = self._open_run
+        if open_run is None or open_run.finished is not None:
+            return
+        open_run.finished = self._apply_run(open_run.run, open_run.end, open_run.ends) if open_run.ends else []
+
     # ---- the process ------------------------------------------------------------------------
 
     def _serve(self) -> Iterator[Event]:
@@ -208,7 +237,7 @@ class Engine:
             plan = self.policy.schedule(self.now_s)
             if plan is None:
                 if not self.num_open_sources and not self.inbox:
-                    if self.policy.has_work() or (self.follow_ups is not None and self.follow_ups.pending()):
+                    if self.policy.has_work():
                         raise ServesimError(_stuck_message(self.policy, self.now_s))
                     return
                 self._wake = self.env.event()
@@ -218,7 +247,7 @@ class Engine:
             finished = yield from self._take_steps(plan)
             if finished is None:  # the horizon comes first
                 return
-            self._release_follow_ups(finished)
+            self._release(finished)
             self._flush()
             self.num_events += 1
             if self.num_events >= self._next_progress:
@@ -246,9 +275,9 @@ class Engine:
         # as stepping records it; an accelerator extends it from the state it leaves.
         finished = self.policy.complete(plan, to_seconds(end))
         self.log.add(self._record(plan, start, duration), self._extras(plan))
-        closed_loop = self.follow_ups is not None
+        closed_loop = self.releases is not None
         run = None
-        # (A finish releases follow-up turns when its step ends: not after a run.)
+        # (A finish releases requests when its step ends: not after a run.)
         if self.accelerator is not None and not (closed_loop and finished):
             run = self.accelerator.extend(plan, finished, closed_loop=closed_loop)
         if run is None:
@@ -264,6 +293,7 @@ class Engine:
         repeats = run.repeats()
         limit, seen = run.num_steps, len(self.inbox)
         horizon = self.horizon if self.horizon is not None else math.inf
+        open_run = self._open_run = _OpenRun(run, end, ends)
         while True:
             due = env.peek()
             while len(ends) < limit and (ends[-1] if ends else end) < due:
@@ -278,6 +308,9 @@ class Engine:
                 ends += priced[:take]
                 del priced[:take]
             yield _Late(env, (ends[-1] if ends else end) - env.now)
+            if open_run.finished is not None:  # completed already, for a reader (`observe`)
+                self._open_run = None
+                return [*finished, *open_run.finished]
             for request in self.inbox[seen:]:
                 # The next step sees it: from there on the run stays as planned only as it says.
                 limit = min(limit, len(ends) if closed_loop else run.steps_kept(request, len(ends)))
@@ -287,6 +320,7 @@ class Engine:
             if self.limits.max_wall_time_s is not None and \
                     time.perf_counter() - self._wall_start > self.limits.max_wall_time_s:
                 break
+        self._open_run = None
         if not ends:
             return finished
         return [*finished, *self._apply_run(run, end, ends)]
@@ -296,10 +330,12 @@ class Engine:
         Requests delivered while they ran join the queue first, in order: each only joins
         (`Run.steps_kept`), and each step's record counts out those that arrived after it started."""
         starts = [end, *ends[:-1]]
-        late = [request for request in self.inbox if to_ticks(request.arrival_s) <= starts[-1]]
+        # (Delivered in order: those before the last step started lead the inbox.)
+        num_late = bisect_right(self._inbox_ticks, starts[-1])
+        late, late_ticks = self.inbox[:num_late], self._inbox_ticks[:num_late]
         if late:
-            self.inbox = [request for request in self.inbox if to_ticks(request.arrival_s) > starts[-1]]
-        joined = self._hand_over(late)
+            del self.inbox[:num_late], self._inbox_ticks[:num_late]
+        joined = self._hand_over(late, late_ticks)
         # In seconds, the steps' ends, starts and durations (`to_seconds` of each).
         seconds = [tick / TICKS_PER_SECOND for tick in (end, *ends)]
         finished, columns = run.apply(seconds[1:])
@@ -315,34 +351,38 @@ class Engine:
     def _take_inbox(self) -> None:
         """Hand the policy every request delivered so far, in order."""
         if self.inbox:
-            requests, self.inbox = self.inbox, []
-            self._hand_over(requests)
+            requests, ticks = self.inbox, self._inbox_ticks
+            self.inbox, self._inbox_ticks = [], []
+            self._hand_over(requests, ticks)
 
-    def _hand_over(self, requests: list[Request]) -> list[int]:
-        """policy.add for each; returns the arrival ticks of those that joined the queue."""
+    def _hand_over(self, requests: list[Request], ticks: list[int]) -> list[int]:
+        """policy.add for each (delivered at `ticks`); returns the delivery ticks of those that
+        joined the queue."""
         joined = []
         add, rejected = self.policy.add, Status.REJECTED
-        for request in requests:
-            add(request, request.arrival_s)
+        for request, tick in zip(requests, ticks):
+            # At its arrival time as given, unless delivered later (a router's delay).
+            add(request, request.arrival_s if tick == to_ticks(request.arrival_s) else to_seconds(tick))
             if request.status is not rejected:
-                joined.append(to_ticks(request.arrival_s))
-        self._release_follow_ups(())
+                joined.append(tick)
+        self._release(())
         return joined
 
-    def _release_follow_ups(self, finished: list[Request] | tuple) -> None:
-        """Follow-up turns of requests that finished now start their think time, and those of
-        requests rejected since the last call (a victim that could never come back)."""
-        follow_ups = self.follow_ups
-        if follow_ups is None:
+    def _release(self, finished: list[Request] | tuple) -> None:
+        """Requests that finished now, and those rejected since the last call (on arrival, or a
+        victim that could never come back), are released: follow-up turns start their think
+        time, a closed-loop client sends its next request."""
+        releases = self.releases
+        if releases is None:
             return
         at = self.now_s
         for request in finished:
-            follow_ups.release(request, at)
+            releases.release(request, at)
         rejected = self.policy.rejected
         while self._num_rejected_seen < len(rejected):
             request = rejected[self._num_rejected_seen]
             self._num_rejected_seen += 1
-            follow_ups.release(request, request.finish_s)
+            releases.release(request, request.finish_s)
 
     def _record(self, plan: StepPlan, start: int, duration: int) -> StepRecord:
         """A planned step's row, with the state after it."""
@@ -382,6 +422,27 @@ class Engine:
             raise ServesimError(f"cost model returned {exc} for step {first_step_id + exc.index}") from None
         return list(accumulate(ticks, initial=start))[1:]
 
+    def result(self, sim_time_s: float, wall_start: float, late: Sequence[Request] = ()) -> RunResult:
+        """The engine's result once the clock stopped. A run that did not finish (a time limit)
+        reports what is still queued, running or delivered as unfinished, with `late`: requests
+        that never reached the engine."""
+        policy = self.policy
+        unfinished: list[Request] = []
+        if self.end_reason != "done":
+            unfinished = policy.drain_unfinished()
+            for request in sorted([*self.inbox, *late], key=lambda r: (r.arrival_s, r.request_id)):
+                request.status = Status.UNFINISHED
+                unfinished.append(request)
+        self._flush(final=True)
+        self.log.close()
+        if self.limits.check_invariants and self.end_reason == "done":
+            policy.check_drained()
+        return RunResult(
+            finished=list(policy.finished), rejected=list(policy.rejected), unfinished=unfinished, steps=self.log,
+            end_reason=self.end_reason, sim_time_s=sim_time_s, wall_time_s=time.perf_counter() - wall_start,
+            num_events=self.num_events, itl=policy.itl,
+        )
+
     def _flush(self, final: bool = False) -> None:
         finished = self.policy.finished
         if self.on_finished is not None and (final or len(finished) >= FLUSH_EVERY):
@@ -399,74 +460,6 @@ def _count_after(arrivals: list[int], at: int) -> int:
             break
         count += 1
     return count
-
-
-def simulate(
-    requests: Sequence[Request],
-    policy: Policy,
-    cost_model: CostModel,
-    *,
-    limits: RunLimits | None = None,
-    accelerator: Accelerator | None = None,
-    on_step: Callable[[float], None] | None = None,
-    on_finished: Callable[[list[Request]], None] | None = None,
-    on_progress: Callable[[float, int], None] | None = None,
-    steps_spill: Path | None = None,
-) -> RunResult:
-    """Replay `requests` through one engine running `policy`, pricing steps with `cost_model`
-    (and taking runs of steps at once where `accelerator` extends a planned step).
-
-    The given requests are a template and are never modified: each is copied when it arrives.
-    With `on_finished`, finished requests are handed over in batches and not kept, so a long
-    run holds only the requests in flight (the result's `finished` then lists none). With
-    `steps_spill`, step records go to that Parquet file as the run goes. `on_progress` hears
-    (simulated seconds, requests finished) every few hundred events, for a progress bar.
-    Follow-up turns (`parent_id`) arrive their think time after their parent finishes (or is
-    rejected).
-    """
-    limits = limits or RunLimits()
-    with _collector_for_a_run():
-        wall_start = time.perf_counter()
-        env = simpy.Environment()
-        ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
-        follow_ups = FollowUps.split(ordered)
-        timed = follow_ups.timed if follow_ups is not None else ordered
-        log = StepLog(steps_spill)
-        engine = Engine(env, policy, cost_model, accelerator=accelerator, limits=limits, log=log,
-                        follow_ups=follow_ups, on_step=on_step, on_finished=on_finished,
-                        on_progress=on_progress)
-        if follow_ups is not None:
-            follow_ups.engine = engine
-        source = replay(env, engine, timed)
-        env.run(until=engine.process)
-        unfinished: list[Request] = []
-        sim_time = env.now
-        if engine.end_reason != "done":
-            if engine.end_reason == "max_sim_time":
-                sim_time = engine.horizon
-            unfinished = policy.drain_unfinished()
-            # Requests delivered and not handed over, or not delivered yet, are unfinished too.
-            late = [*engine.inbox, *source.undelivered()]
-            if follow_ups is not None:
-                late += follow_ups.undelivered()
-            for request in sorted(late, key=lambda r: (r.arrival_s, r.request_id)):
-                request.status = Status.UNFINISHED
-                unfinished.append(request)
-        engine._flush(final=True)
-        log.close()
-        if limits.check_invariants and engine.end_reason == "done":
-            policy.check_drained()
-        return RunResult(
-            finished=list(policy.finished),
-            rejected=list(policy.rejected),
-            unfinished=unfinished,
-            steps=log,
-            end_reason=engine.end_reason,
-            sim_time_s=to_seconds(sim_time),
-            wall_time_s=time.perf_counter() - wall_start,
-            num_events=engine.num_events,
-            itl=policy.itl,
-        )
 
 
 @contextmanager

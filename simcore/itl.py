@@ -20,6 +20,15 @@ class ItlLog:
         self.values = array("d")
         self.weights = array("q")
 
+    @classmethod
+    def merged(cls, logs: list[ItlLog]) -> ItlLog:
+        """Every gap of several logs (a cluster's replicas) in one."""
+        merged = cls()
+        for log in logs:
+            merged.values.extend(log.values)
+            merged.weights.extend(log.weights)
+        return merged
+
     def add(self, gap_s: float, count: int = 1) -> None:
         self.values.append(gap_s)
         self.weights.append(count)

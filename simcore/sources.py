@@ -1,28 +1,48 @@
-"""Where requests come from: SimPy processes that deliver them to an engine.
+"""Where requests come from: SimPy processes that deliver them to a sink (an engine, or a
+cluster's router).
 
 `replay` delivers a list of requests at their arrival times (a trace, or a synthetic workload).
 `FollowUps` holds multi-turn sessions' later turns: each is released when its parent finishes
 (or is rejected) and delivered its think time later, by a small process of its own.
+`ClosedLoop` is a fixed number of clients, each sending its next request when its last one
+finished (or was rejected), after a think time (`vllm bench serve --max-concurrency`).
+
+A sink counts its open sources: while one is open, more requests may come, so an engine with
+nothing to do waits rather than ends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+import numpy as np
 import simpy
 
 from simcore.clock import to_ticks
 from simcore.request import Request
 
-if TYPE_CHECKING:
-    from simcore.engine import Engine
+
+class Sink(Protocol):
+    """What sources deliver to (an engine, a router)."""
+
+    env: simpy.Environment
+
+    def submit(self, request: Request) -> None: ...
+    def open_source(self) -> None: ...
+    def close_source(self) -> None: ...
+
+
+class Releases(Protocol):
+    """What hears of a request leaving an engine (finished, or rejected) at `at` seconds."""
+
+    def release(self, request: Request, at: float) -> None: ...
 
 
 class Replay:
     """Delivers copies of `requests` (in arrival order) to `engine` at their arrival times."""
 
-    def __init__(self, env: simpy.Environment, engine: Engine, requests: Sequence[Request]) -> None:
+    def __init__(self, env: simpy.Environment, engine: Sink, requests: Sequence[Request]) -> None:
         self.env = env
         self.engine = engine
         self.requests = requests
@@ -45,19 +65,21 @@ class Replay:
         return [template.copy() for template in self.requests[self.num_delivered:]]
 
 
-def replay(env: simpy.Environment, engine: Engine, requests: Sequence[Request]) -> Replay:
+def replay(env: simpy.Environment, engine: Sink, requests: Sequence[Request]) -> Replay:
     return Replay(env, engine, requests)
 
 
 class FollowUps:
-    """Requests that arrive after another one finishes (`parent_id`, `think_time_s`)."""
+    """Requests that arrive after another one finishes (`parent_id`, `think_time_s`). A source
+    of its sink's while some turn waits for its parent (in a cluster the parent may be on
+    another engine than its turn's)."""
 
     def __init__(self, children: dict[int, list[Request]], timed: list[Request]) -> None:
         # Templates waiting for their parent, by parent id; and the requests that arrive at
         # fixed times (those with no parent in the workload).
         self.children = children
         self.timed = timed
-        self.engine: Engine | None = None
+        self.sink: Sink | None = None
         # Released and not yet delivered.
         self._in_flight: list[Request] = []
 
@@ -74,34 +96,107 @@ class FollowUps:
         timed = [r for r in ordered if r.parent_id is None or r.parent_id not in known]
         return cls(children, timed)
 
-    def pending(self) -> bool:
-        """Whether some turn waits for a parent still to finish."""
-        return bool(self.children)
+    def deliver_to(self, sink: Sink) -> None:
+        self.sink = sink
+        if self.children:
+            sink.open_source()
 
     def release(self, parent: Request, at: float) -> None:
         """`parent` finished (or was rejected) at `at`: its follow-ups start their think time.
         One released late (its arrival already past, where a rejection was noticed after it)
         is delivered at once, keeping its arrival time."""
-        engine = self.engine
-        assert engine is not None
-        for template in self.children.pop(parent.request_id, ()):
+        sink = self.sink
+        assert sink is not None
+        turns = self.children.pop(parent.request_id, None)
+        if turns is None:
+            return
+        for template in turns:
             child = template.copy()
             child.arrival_s = at + template.think_time_s
             self._in_flight.append(child)
-            engine.open_source()
-            engine.env.process(self._deliver(child))
+            sink.open_source()
+            sink.env.process(self._deliver(child))
+        if not self.children:
+            sink.close_source()
 
     def _deliver(self, child: Request) -> Iterator[simpy.Event]:
-        engine = self.engine
-        assert engine is not None
+        sink = self.sink
+        assert sink is not None
         at = to_ticks(child.arrival_s)
-        if at > engine.env.now:
-            yield engine.env.timeout(at - engine.env.now)
+        if at > sink.env.now:
+            yield sink.env.timeout(at - sink.env.now)
         self._in_flight.remove(child)
-        engine.submit(child)
-        engine.close_source()
+        sink.submit(child)
+        sink.close_source()
 
     def undelivered(self) -> list[Request]:
         """Turns released and not delivered yet, and copies of those never released."""
         waiting = [template.copy() for turns in self.children.values() for template in turns]
         return [*self._in_flight, *waiting]
+
+
+class ClosedLoop:
+    """`concurrency` clients sending `requests` in order: each client sends one at the start,
+    and its next one when its last finishes or is rejected, after a think time (fixed, or drawn
+    from an exponential distribution of that mean, `seed`). A request's arrival is when it is
+    sent; the arrival times the requests carry are not read."""
+
+    def __init__(self, requests: Sequence[Request], concurrency: int, *, think_time_s: float = 0.0,
+                 think_time: str = "fixed", seed: int = 0) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency: expected at least 1 client, found {concurrency}")
+        self.sink: Sink | None = None
+        self.requests = requests
+        self.concurrency = concurrency
+        self.think_time_s = think_time_s
+        self._rng = np.random.default_rng(seed) if think_time == "exponential" else None
+        self.num_sent = 0
+        # Requests sent and not yet back (finished or rejected), by id.
+        self._out: set[int] = set()
+        # Sent after a think time and not yet delivered.
+        self._in_flight: list[Request] = []
+        self.max_in_flight = 0  # most requests out at once (never more than the clients)
+
+    def deliver_to(self, sink: Sink) -> None:
+        """Start: every client sends its first request now."""
+        self.sink = sink
+        sink.open_source()
+        for _ in range(min(self.concurrency, len(self.requests))):
+            self._send(0.0)
+        if self.num_sent == len(self.requests):
+            sink.close_source()
+
+    def release(self, request: Request, at: float) -> None:
+        """A client's request came back at `at`: it sends its next one after its think time."""
+        if request.request_id not in self._out:
+            return
+        self._out.remove(request.request_id)
+        if self.num_sent < len(self.requests):
+            think = self.think_time_s if self._rng is None else float(self._rng.exponential(self.think_time_s))
+            self._send(at + think)
+            if self.num_sent == len(self.requests):
+                self.sink.close_source()  # type: ignore[union-attr]
+
+    def _send(self, at: float) -> None:
+        sink = self.sink
+        assert sink is not None
+        request = self.requests[self.num_sent].copy()
+        self.num_sent += 1
+        request.arrival_s = at
+        self._out.add(request.request_id)
+        self.max_in_flight = max(self.max_in_flight, len(self._out))
+        self._in_flight.append(request)
+        sink.open_source()
+        sink.env.process(self._deliver(sink, request))
+
+    def _deliver(self, sink: Sink, request: Request) -> Iterator[simpy.Event]:
+        at = to_ticks(request.arrival_s)
+        if at > sink.env.now:
+            yield sink.env.timeout(at - sink.env.now)
+        self._in_flight.remove(request)
+        sink.submit(request)
+        sink.close_source()
+
+    def undelivered(self) -> list[Request]:
+        """Requests sent and not delivered yet, and copies of those never sent."""
+        return [*self._in_flight, *(template.copy() for template in self.requests[self.num_sent:])]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from backends.constant import ConstantCostModel
 from policies.registry import make_policy
-from simcore.engine import RunLimits, RunResult, simulate
+from simcore.cluster import simulate
+from simcore.engine import RunLimits, RunResult
 from simcore.request import Request
 
 

@@ -24,7 +24,8 @@ from policies.chunked_prefill import ChunkedPrefillPolicy
 from policies.continuous import ContinuousPolicy
 from policies.queues import QUEUE_ORDERS, QueueOrder, WaitingQueue
 from policies.registry import POLICIES, make_policy
-from simcore.engine import RunLimits, simulate
+from simcore.cluster import simulate
+from simcore.engine import RunLimits
 from simcore.metrics import request_frame
 from simcore.presets import get_model
 from tests.helpers import req

@@ -12,7 +12,8 @@ from backends.constant import ConstantCostModel
 from backends.roofline import make_roofline
 from policies.accelerate import accelerator_for
 from policies.registry import make_policy
-from simcore.engine import GC_YOUNG_THRESHOLD, simulate
+from simcore.cluster import simulate
+from simcore.engine import GC_YOUNG_THRESHOLD
 from simcore.presets import get_model
 from tests.test_accelerate import CONFIGS, small_policy, workload
 

@@ -13,7 +13,8 @@ from experiments.cli import main
 from experiments.config import load_experiment
 from experiments.runner import run_experiment
 from policies.registry import make_policy
-from simcore.engine import RunLimits, simulate
+from simcore.cluster import simulate
+from simcore.engine import RunLimits
 from tests.helpers import req
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "experiments" / "examples" / "quickstart.yaml"

@@ -16,7 +16,7 @@ from experiments.config import parse_experiment
 from experiments.runner import resolve_kv, run_experiment
 from policies.accelerate import accelerator_for
 from policies.registry import make_policy
-from simcore.engine import simulate
+from simcore.cluster import simulate
 from simcore.errors import ConfigError, ServesimError
 from simcore.hf_config import model_from_hf_dict
 from simcore.validate import build_model_from_params, load_yaml_mapping, parse_yaml

@@ -9,7 +9,8 @@ import pytest
 from backends.constant import ConstantCostModel
 from policies.accelerate import accelerator_for
 from policies.registry import make_policy
-from simcore.engine import RunLimits, simulate
+from simcore.cluster import simulate
+from simcore.engine import RunLimits
 from simcore.errors import ServesimError
 from simcore.metrics import summarize
 from tests.helpers import req, run

@@ -238,7 +238,8 @@ def test_a_cache_that_cannot_hit_runs_on_block_counts_with_the_same_results(tmp_
     from backends.constant import ConstantCostModel
     from experiments.config import parse_experiment
     from experiments.runner import run_experiment
-    from simcore.engine import RunLimits, simulate
+    from simcore.cluster import simulate
+    from simcore.engine import RunLimits
     from simcore.metrics import request_frame
     from tests.helpers import SMALL_EXPERIMENT
     from workloads.build import build as build_workload

@@ -227,7 +227,7 @@ def test_fast_path_with_a_profiled_table_matches_stepping(policy):
 
     from policies.accelerate import accelerator_for
     from policies.registry import make_policy
-    from simcore.engine import simulate
+    from simcore.cluster import simulate
     from simcore.metrics import request_frame
     from tests.helpers import req
 

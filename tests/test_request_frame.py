@@ -9,7 +9,8 @@ import pytest
 
 from backends.constant import ConstantCostModel
 from policies.registry import make_policy
-from simcore.engine import RunLimits, simulate
+from simcore.cluster import simulate
+from simcore.engine import RunLimits
 from simcore.metrics import REQUEST_COLUMNS, request_frame
 from tests.helpers import req
 from tests.test_accelerate import workload

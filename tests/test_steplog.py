@@ -92,7 +92,7 @@ def test_an_offload_run_whose_first_swap_comes_after_a_spilled_chunk(tmp_path, m
     from backends.base import CostContext
     from backends.roofline import make_roofline
     from policies.registry import make_policy
-    from simcore.engine import simulate
+    from simcore.cluster import simulate
     from simcore.presets import get_model
     from tests.helpers import req
 

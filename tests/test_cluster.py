@@ -1,0 +1,210 @@
+"""Replicas behind routers, and closed-loop clients (simcore.cluster, policies.routers)."""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+from policies.accelerate import accelerator_for
+from policies.routers import ROUTERS, make_router
+from simcore.cluster import ClosedLoopSpec, Replica, simulate, simulate_cluster
+from simcore.engine import RunLimits
+from simcore.metrics import request_frame
+from tests.helpers import req
+from tests.test_accelerate import CONFIGS, _expanded, cost_model, small_policy, workload
+
+CLUSTER_CONFIGS = [("continuous", {}), ("chunked_prefill", {"chunk_size": 16}),
+                   ("continuous", {"preemption": "swap"}), ("offload", {"chunk_size": 16})]
+
+
+def cluster_run(requests, name, opts, *, router="round_robin", num_replicas=3, fast=True, caching=False,
+                clients=None, delay_s=0.0, num_blocks=64, horizon=None):  # noqa: ANN001, ANN201
+    replicas = []
+    for _ in range(num_replicas):
+        policy = small_policy(name, opts, caching=caching, num_blocks=num_blocks)
+        replicas.append(Replica(policy, cost_model(), accelerator_for(policy) if fast else None))
+    return simulate_cluster(requests, replicas, router=make_router(router, num_replicas, seed=3),
+                            router_delay_s=delay_s, clients=clients,
+                            limits=RunLimits(max_sim_time_s=horizon, check_invariants=True))
+
+
+def tables(result) -> list:  # noqa: ANN001
+    """Each replica's request and step tables and inter-token gaps, and the router's decisions."""
+    out = [[request_frame(r.requests), pd.DataFrame(r.steps.as_dict()), _expanded(r.itl)] for r in result.replicas]
+    return [out, result.decisions, result.sim_time_s, result.end_reason]
+
+
+def assert_tables_equal(a: list, b: list) -> None:
+    (replicas_a, *rest_a), (replicas_b, *rest_b) = a, b
+    assert rest_a == rest_b
+    for (requests_a, steps_a, gaps_a), (requests_b, steps_b, gaps_b) in zip(replicas_a, replicas_b):
+        pd.testing.assert_frame_equal(requests_a, requests_b, check_exact=True)
+        pd.testing.assert_frame_equal(steps_a, steps_b, check_exact=True)
+        assert gaps_a == gaps_b
+
+
+@pytest.mark.parametrize("router", sorted(ROUTERS))
+@pytest.mark.parametrize("name, opts", CONFIGS[2:5] + CONFIGS[7:8])
+def test_one_replica_cluster_is_the_single_engine_run(router, name, opts):
+    requests = workload(1, content=True, sessions=True)
+    policy = small_policy(name, opts, caching=True)
+    single = simulate(requests, policy, cost_model(), accelerator=accelerator_for(policy),
+                      limits=RunLimits(check_invariants=True))
+    cluster = cluster_run(requests, name, opts, router=router, num_replicas=1, caching=True)
+    (alone,) = cluster.replicas
+    pd.testing.assert_frame_equal(request_frame(single.requests), request_frame(alone.requests), check_exact=True)
+    pd.testing.assert_frame_equal(pd.DataFrame(single.steps.as_dict()), pd.DataFrame(alone.steps.as_dict()),
+                                  check_exact=True)
+    assert _expanded(single.itl) == _expanded(alone.itl)
+    assert [d[1] for d in cluster.decisions] == [0] * len(requests)
+
+
+@pytest.mark.parametrize("router", sorted(ROUTERS))
+@pytest.mark.parametrize("name, opts", CLUSTER_CONFIGS)
+def test_runs_match_stepping_in_a_cluster(router, name, opts):
+    """Routers that read the replicas' state see it as stepping shows it, with runs or without."""
+    requests = workload(2, content=True, sessions=True, num_requests=90, rate=60.0)
+    stepped = cluster_run(requests, name, opts, router=router, fast=False, caching=True)
+    fast = cluster_run(requests, name, opts, router=router, fast=True, caching=True)
+    assert_tables_equal(tables(stepped), tables(fast))
+    # Every request routed exactly once, and each in the results of the replica it went to.
+    routed = {request_id: index for request_id, index, _ in fast.decisions}
+    assert len(routed) == len(fast.decisions) == len(requests)
+    for index, result in enumerate(fast.replicas):
+        assert all(routed[r.request_id] == index for r in result.requests)
+    assert sum(len(r.requests) for r in fast.replicas) == len(requests)
+
+
+def test_router_delay_and_horizon_match_stepping():
+    requests = workload(4, content=False, num_requests=80, rate=50.0)
+    runs = [tables(cluster_run(requests, "chunked_prefill", {"chunk_size": 16}, router="least_outstanding",
+                               fast=fast, delay_s=0.003, horizon=1.0)) for fast in (False, True)]
+    assert_tables_equal(*runs)
+    result = cluster_run(requests, "chunked_prefill", {"chunk_size": 16}, router="least_outstanding", delay_s=0.003)
+    for replica in result.replicas:
+        for request in replica.finished:
+            # The router's delay is in the time to first token: it reached the engine 3 ms late.
+            assert request.first_scheduled_s >= request.arrival_s + 0.003 - 1e-12
+
+
+def test_routers_spread_and_balance():
+    requests = workload(5, content=False, num_requests=90, rate=60.0)
+    counts = {}
+    for router in ROUTERS:
+        result = cluster_run(requests, "continuous", {}, router=router)
+        counts[router] = [len(r.requests) for r in result.replicas]
+    assert counts["round_robin"] == [30, 30, 30]
+    assert all(min(c) > 0 for c in counts.values()), counts
+
+
+def test_prefix_aware_routing_hits_more_than_round_robin():
+    # Nine long shared prefixes, more than one replica's cache holds: routed by prefix, each
+    # replica keeps its own few.
+    rng = random.Random(6)
+    prefixes = [tuple(rng.randrange(1000) for _ in range(48)) for _ in range(9)]
+    requests = []
+    for i in range(120):
+        prompt = rng.choice(prefixes) + tuple(rng.randrange(1000) for _ in range(rng.randint(1, 8)))
+        requests.append(req(i, i * 0.05, len(prompt), rng.randint(1, 10), prompt_token_ids=prompt))
+    hits = {}
+    for router in ("round_robin", "prefix_aware"):
+        result = cluster_run(requests, "chunked_prefill", {"chunk_size": 16}, router=router, caching=True,
+                             num_blocks=60)
+        frame = pd.concat([request_frame(r.requests) for r in result.replicas])
+        hits[router] = frame["num_prefix_hit_tokens"].sum() / frame["prompt_len"].sum()
+    assert hits["prefix_aware"] > hits["round_robin"], hits
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+@pytest.mark.parametrize("name, opts", CLUSTER_CONFIGS[:2])
+def test_closed_loop_clients(concurrency, name, opts):
+    requests = workload(7, content=False, num_requests=40)
+    clients = ClosedLoopSpec(concurrency, think_time_s=0.02)
+    runs = [cluster_run(requests, name, opts, num_replicas=1, fast=fast, clients=clients) for fast in (False, True)]
+    assert_tables_equal(tables(runs[0]), tables(runs[1]))
+    result = runs[1]
+    assert result.max_concurrency == concurrency
+    finished = sorted(result.replicas[0].finished, key=lambda r: r.arrival_s)
+    assert len(finished) == 40
+    # Never more requests out than clients: at each send, at most concurrency - 1 others out.
+    for request in finished:
+        out = sum(1 for other in finished if other.arrival_s <= request.arrival_s < other.finish_s)
+        assert out <= concurrency
+    if concurrency == 1:  # one client: each request is sent its think time after the last came back
+        for before, after in zip(finished, finished[1:]):
+            assert after.arrival_s == pytest.approx(before.finish_s + 0.02)
+
+
+def test_closed_loop_clients_in_a_cluster_match_stepping():
+    requests = workload(8, content=False, num_requests=60)
+    clients = ClosedLoopSpec(6, think_time_s=0.01, think_time="exponential", seed=2)
+    runs = [tables(cluster_run(requests, "chunked_prefill", {"chunk_size": 16}, router="least_kv", fast=fast,
+                               clients=clients)) for fast in (False, True)]
+    assert_tables_equal(*runs)
+
+
+def test_clients_refuse_sessions_and_bad_concurrency():
+    with pytest.raises(ValueError, match="follow-up turns"):
+        cluster_run(workload(1, content=False, sessions=True), "continuous", {}, num_replicas=1,
+                    clients=ClosedLoopSpec(2))
+    with pytest.raises(ValueError, match="at least 1 client"):
+        cluster_run(workload(1, content=False), "continuous", {}, num_replicas=1, clients=ClosedLoopSpec(0))
+
+
+def test_identical_replicas_at_n_times_the_rate_see_one_replicas_latencies():
+    """Round robin over N identical replicas at N times one replica's rate: each replica sees
+    about one replica's load, so its latency percentiles are the single run's (within noise)."""
+    single = cluster_run(workload(9, content=False, num_requests=400, rate=6.0), "chunked_prefill",
+                         {"chunk_size": 16}, num_replicas=1)
+    cluster = cluster_run(workload(9, content=False, num_requests=1200, rate=18.0), "chunked_prefill",
+                          {"chunk_size": 16}, num_replicas=3)
+    one = request_frame(single.replicas[0].requests)
+    for replica in cluster.replicas:
+        frame = request_frame(replica.requests)
+        for column in ("ttft_s", "tpot_s"):
+            for q in (0.5, 0.9):
+                expected, found = one[column].quantile(q), frame[column].quantile(q)
+                assert found == pytest.approx(expected, rel=0.15), (column, q)
+
+
+@pytest.mark.parametrize("change, fragments", [
+    ({"cluster": {"replicas": 2, "router": {"name": "fastest"}}}, ("cluster.router.name", "unknown router 'fastest'")),
+    ({"cluster": {"replicas": 0}}, ("cluster.replicas", "expected a whole number in [1, 256], found 0")),
+    ({"cluster": {"replicas": 2, "router": {"name": "round_robin", "prefix_weight": 2}}},
+     ("cluster.router", "prefix_weight is read only by the prefix_aware router")),
+    ({"cluster": {"replicas": 2, "router": {"name": "random", "delay_ms": -1}}}, ("cluster.router.delay_ms",)),
+    ({"clients": {"concurrency": 0}}, ("clients.concurrency", "found 0")),
+    ({"clients": {"concurrency": 2, "think_time": "gamma"}}, ("clients.think_time",)),
+])
+def test_bad_cluster_and_clients_are_clear_errors(tmp_path, capsys, change, fragments):
+    from tests.test_cli_errors import BASE, run_in_process, write
+
+    run_in_process(capsys, str(write(tmp_path, {**BASE, **change})), "--out", str(tmp_path / "out"),
+                   fragments=fragments)
+
+
+def test_a_cluster_run_writes_replica_columns_and_summaries(tmp_path):
+    import json
+
+    import yaml
+
+    from experiments.cli import main
+    from tests.helpers import SMALL_EXPERIMENT
+
+    exp = {**SMALL_EXPERIMENT, "workload": {**SMALL_EXPERIMENT["workload"], "num_requests": 30},
+           "cluster": {"replicas": 3, "router": {"name": "least_outstanding", "delay_ms": 1}},
+           "policies": [{"name": "continuous"}, {"name": "chunked_prefill"}]}
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(exp))
+    assert main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for entry in summary:
+        assert entry["num_replicas"] == 3 and sum(entry["num_routed"]) == 30
+        assert sum(part["completed"] for part in entry["replicas"]) == entry["completed"] == 30
+        requests = pd.read_parquet(tmp_path / "out" / entry["label"] / "requests.parquet")
+        steps = pd.read_parquet(tmp_path / "out" / entry["label"] / "steps.parquet")
+        assert list(requests.columns[:2]) == ["request_id", "replica"]
+        assert sorted(requests["replica"].value_counts().tolist()) == sorted(entry["num_routed"])
+        assert list(steps.columns[:2]) == ["replica", "step_id"] and len(steps) == entry["num_steps"]
