@@ -166,13 +166,15 @@ class OutputConfig(Strict):
 
 
 class RouterConfig(Strict):
-    name: str = Field("round_robin", description="round_robin, random, least_outstanding, least_kv, power_of_two, "
-                      "session_affinity or prefix_aware (docs/cluster.md)")
-    # Time from the router's decision to the request reaching its replica (in TTFT).
-    delay_ms: float = Field(0.0, ge=0)
-    # prefix_aware only: the weights of the cached-prefix share and of the queue score.
-    prefix_weight: float = Field(1.0, ge=0)
-    load_weight: float = Field(1.0, ge=0)
+    name: str = Field("round_robin", description=(
+        "round_robin, random, least_outstanding, least_kv, power_of_two, session_affinity or prefix_aware "
+        "(docs/cluster.md)"))
+    delay_ms: float = Field(0.0, ge=0, description="time from the router's decision to the request reaching "
+                            "its replica (counted in TTFT)")
+    prefix_weight: float = Field(1.0, ge=0, description="prefix_aware only: weight of the share of the prompt "
+                                 "a replica's prefix cache holds")
+    load_weight: float = Field(1.0, ge=0, description="prefix_aware only: weight of the queue score (1 for the "
+                               "replica with the fewest requests in flight, 0 for the most)")
 
     @field_validator("name")
     @classmethod
@@ -199,18 +201,79 @@ class RouterConfig(Strict):
         return {name: getattr(self, name) for name in ROUTER_PARAMS.get(self.name, ())}
 
 
+class KVLinkConfig(Strict):
+    preset: str = Field("infiniband-ndr", description=(
+        "the link a prefill replica sends KV over: nvlink-4, infiniband-ndr, roce-400g, pcie-gen5, ... "
+        "(servesim hardware lists them)"))
+    bandwidth_gb_s: float | None = Field(None, gt=0, description="one-way bandwidth in GB/s (1e9 bytes a "
+                                         "second), instead of the preset's")
+    latency_us: float | None = Field(None, ge=0, description="fixed cost of one transfer, instead of the preset's")
+    concurrency: int = Field(1, ge=1, le=1024, description="transfers a prefill replica's link carries at once; "
+                             "more wait their turn")
+
+    @field_validator("preset")
+    @classmethod
+    def _known_link(cls, value: str) -> str:
+        from simcore.presets import LINKS
+
+        if value not in LINKS:
+            raise ValueError(f"unknown link {value!r}; expected one of {sorted(LINKS)}")
+        return value
+
+    def spec(self):  # noqa: ANN201 - simcore.presets.LinkSpec
+        from simcore.presets import GB, LINKS, LinkSpec
+
+        preset = LINKS[self.preset]
+        return LinkSpec(self.preset, preset.bytes_per_s if self.bandwidth_gb_s is None else self.bandwidth_gb_s * GB,
+                        preset.latency_s if self.latency_us is None else self.latency_us * 1e-6)
+
+
 class ClusterConfig(Strict):
-    # Identical replicas of the engine (each its own policy, KV cache and cost model).
-    replicas: int = Field(1, ge=1, le=256)
-    router: RouterConfig = Field(default_factory=RouterConfig)
+    replicas: int | None = Field(None, ge=1, le=256, description=(
+        "identical replicas of the engine behind `router`, each its own policy, KV cache and cost model "
+        "(default 1)"))
+    router: RouterConfig = Field(default_factory=RouterConfig, description="picks the replica (the prefill "
+                                 "replica, when disaggregated) each request goes to")
+    prefill_replicas: int | None = Field(None, ge=1, le=256, description="disaggregated: replicas that prefill "
+                                         "each request to its first output")
+    decode_replicas: int | None = Field(None, ge=1, le=256, description="disaggregated: replicas that continue "
+                                        "each request once its KV has arrived")
+    decode_router: RouterConfig | None = Field(None, description="disaggregated: picks the decode replica "
+                                               "(default: the same as `router`)")
+    link: KVLinkConfig | None = Field(None, description="disaggregated: the link each prefill replica sends KV "
+                                      "over (default infiniband-ndr)")
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> ClusterConfig:
+        split = (self.prefill_replicas, self.decode_replicas)
+        if self.replicas is not None and split != (None, None):
+            raise ValueError("give replicas, or prefill_replicas and decode_replicas (disaggregated), not both")
+        if (split[0] is None) != (split[1] is None):
+            raise ValueError("a disaggregated cluster needs both prefill_replicas and decode_replicas (at least 1 each)")
+        if self.disaggregated and self.prefill_replicas + self.decode_replicas > 256:  # type: ignore[operator]
+            raise ValueError("at most 256 replicas in all")
+        if not self.disaggregated and (self.decode_router is not None or self.link is not None):
+            raise ValueError("decode_router and link are read only by a disaggregated cluster "
+                             "(prefill_replicas and decode_replicas)")
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.prefill_replicas is not None
+
+    @property
+    def num_replicas(self) -> int:
+        if self.disaggregated:
+            return self.prefill_replicas + self.decode_replicas  # type: ignore[operator]
+        return self.replicas if self.replicas is not None else 1
 
 
 class ClientsConfig(Strict):
-    # Closed loop: this many clients, each sending its next request when its last one came back
-    # (vllm bench serve --max-concurrency); the workload's arrival times are not read.
-    concurrency: int = Field(ge=1, le=1_000_000)
-    # Time between a request coming back and the client's next one: fixed, or exponential with this mean.
-    think_time_s: float = Field(0.0, ge=0)
+    concurrency: int = Field(ge=1, le=1_000_000, description=(
+        "closed loop: this many clients send the workload's requests in order, each its next one when its "
+        "last came back (vllm bench serve --max-concurrency); the workload's arrival times are not read"))
+    think_time_s: float = Field(0.0, ge=0, description="time between a request coming back and its client's "
+                                "next one (the mean, when exponential)")
     think_time: Literal["fixed", "exponential"] = "fixed"
 
 
@@ -231,10 +294,10 @@ class Experiment(Strict):
     policies: list[PolicyConfig] = Field(min_length=1)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
-    # Several replicas behind a router (docs/cluster.md); none: one engine.
-    cluster: ClusterConfig | None = None
-    # Closed-loop clients instead of the workload's arrival times.
-    clients: ClientsConfig | None = None
+    cluster: ClusterConfig | None = Field(None, description="several replicas behind a router, or prefill and "
+                                          "decode replicas (docs/cluster.md); none: one engine")
+    clients: ClientsConfig | None = Field(None, description="closed-loop clients instead of the workload's "
+                                          "arrival times")
     output: OutputConfig = Field(default_factory=OutputConfig)
     # Sweeps (servesim sweep): dotted path -> list of values, plus optional `mode: product|zip`;
     # checked by experiments.sweep, which expands them into points.
@@ -257,6 +320,15 @@ class Experiment(Strict):
         # Ignoring case: each label is a folder, and `A` and `a` are one folder on macOS and Windows.
         if len({label.lower() for label in labels}) != len(labels):
             raise ValueError(f"policy labels must be unique (ignoring case), got {labels}")
+        return self
+
+    @model_validator(mode="after")
+    def _disaggregation_needs_a_continuing_policy(self) -> Experiment:
+        if self.cluster is not None and self.cluster.disaggregated:
+            for index, policy in enumerate(self.policies):
+                if policy.name == "static":
+                    raise ValueError(f"policies[{index}]: static batching cannot continue a request prefilled "
+                                     "elsewhere; a disaggregated cluster runs continuous, chunked_prefill or offload")
         return self
 
     @model_validator(mode="after")

@@ -14,7 +14,7 @@ import yaml
 
 from backends.base import CostContext
 from backends.registry import build_cost_model
-from experiments.config import Experiment, policy_labels, resolve_max_model_len
+from experiments.config import Experiment, KVLinkConfig, policy_labels, resolve_max_model_len
 from experiments.io import FORMAT_VERSION, atomic_write_text, path_under, write_json, write_table
 from experiments.progress import RunProgress
 from experiments.request_sink import RequestSink
@@ -23,7 +23,7 @@ from policies.registry import make_policy
 from policies.routers import make_router
 from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
-from simcore.cluster import ClosedLoopSpec, ClusterResult, ClusterSteps, Replica, simulate_cluster
+from simcore.cluster import ClosedLoopSpec, ClusterResult, ClusterSteps, Disaggregation, Replica, simulate_cluster
 from simcore.engine import RunLimits, RunResult
 from simcore.errors import ConfigError
 from simcore.hf_config import context_length
@@ -163,7 +163,7 @@ def run_experiment(
         # An earlier run's summary goes before this run writes anything: until its own is written,
         # last, the folder reads as incomplete rather than as old results over half-new files.
         path_under(out_dir, RUN_COMPLETE).unlink(missing_ok=True)
-    num_replicas = exp.cluster.replicas if exp.cluster is not None else 1
+    num_replicas = exp.cluster.num_replicas if exp.cluster is not None else 1
     clients = None
     if exp.clients is not None:
         clients = ClosedLoopSpec(exp.clients.concurrency, exp.clients.think_time_s, exp.clients.think_time, exp.seed)
@@ -203,12 +203,11 @@ def run_experiment(
                                     on_finished=sinks[-1].add, steps_spill=spill))
         # (Progress counts the cluster's finished requests through the first replica's engine.)
         replicas[0].on_progress = progress.policy(label, len(template)) if progress is not None else None
-        router = None
-        if exp.cluster is not None:
-            router = make_router(exp.cluster.router.name, num_replicas, seed=exp.seed, **exp.cluster.router.params())
+        router, disaggregation = _cluster_routing(exp, kv["block_bytes"])
         try:
             cluster = simulate_cluster(template, replicas, router=router, limits=limits, clients=clients,
-                                       router_delay_s=exp.cluster.router.delay_ms / 1000.0 if exp.cluster else 0.0)
+                                       router_delay_s=exp.cluster.router.delay_ms / 1000.0 if exp.cluster else 0.0,
+                                       disaggregation=disaggregation)
         except ValueError as exc:  # what the cluster cannot run (closed-loop clients with sessions)
             raise ConfigError("unsupported combination", source=source_str, where="clients",
                               expected="a workload without follow-up turns", found=str(exc)) from None
@@ -216,15 +215,21 @@ def run_experiment(
             if progress is not None:
                 progress.close()  # before the policy's line is echoed
         frames = []
+        moved = {transfer.request_id: transfer for transfer in cluster.transfers}
+        num_prefill = disaggregation.num_prefill if disaggregation is not None else 0
         for replica_index, (sink, result) in enumerate(zip(sinks, cluster.replicas)):
             sink.add([*result.finished, *result.rejected, *result.unfinished])
             frame = sink.frame()
+            if replica_index < num_prefill:  # a request is in the table of the replica it ended on
+                frame = frame[~frame["request_id"].isin(list(moved))].reset_index(drop=True)
             tokens = recorded[replica_index]
             if tokens is not None and (outputs := tokens()) is not None:
                 prompts = {r.request_id: r.prompt_token_ids for r in template if r.prompt_token_ids is not None}
                 add_token_columns(frame, outputs, prompts)
             if exp.cluster is not None:
                 frame.insert(1, "replica", replica_index)
+            if disaggregation is not None:
+                _add_transfer_columns(frame, moved)
             frames.append(frame)
         frame = frames[0] if len(frames) == 1 else \
             pd.concat(frames, ignore_index=True).sort_values("request_id", kind="stable", ignore_index=True)
@@ -234,7 +239,7 @@ def run_experiment(
             _check_conservation(frame, template)
         slo_ms = exp.metrics.slo.as_dict() or None
         summary = summarize_frame(frame, itl=result.itl, slo_ms=slo_ms,
-                                  extra=_cluster_extra(replicas, cluster, frames) if exp.cluster is not None
+                                  extra=_cluster_extra(replicas, cluster, frames, disaggregation) if exp.cluster is not None
                                   else _policy_extra(policy, result, frame))
         if exp.cluster is not None:
             summary["replicas"] = [
@@ -289,6 +294,30 @@ def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # no
     }
 
 
+def _cluster_routing(exp: Experiment, block_bytes: int) -> tuple:
+    """The experiment's router, and its disaggregation (None where the cluster has none)."""
+    if exp.cluster is None:
+        return None, None
+    cluster = exp.cluster
+    if not cluster.disaggregated:
+        return make_router(cluster.router.name, cluster.num_replicas, seed=exp.seed, **cluster.router.params()), None
+    decode = cluster.decode_router or cluster.router
+    router = make_router(cluster.router.name, cluster.prefill_replicas, seed=exp.seed, **cluster.router.params())
+    link = cluster.link or KVLinkConfig()
+    return router, Disaggregation(
+        cluster.prefill_replicas, make_router(decode.name, cluster.decode_replicas, seed=exp.seed + 1, **decode.params()),
+        link.spec(), block_bytes, link.concurrency)
+
+
+def _add_transfer_columns(frame: pd.DataFrame, moved: dict) -> None:
+    """Where each request was prefilled, and its KV transfer's wait for the link and time on it
+    (seconds; empty for requests that did not move)."""
+    transfers = [moved.get(request_id) for request_id in frame["request_id"]]
+    frame["prefill_replica"] = pd.array([t.prefill_replica if t else None for t in transfers], dtype="Int64")
+    frame["transfer_wait_s"] = [t.start_s - t.ready_s if t else float("nan") for t in transfers]
+    frame["transfer_s"] = [t.end_s - t.start_s if t else float("nan") for t in transfers]
+
+
 def _cluster_result(cluster: ClusterResult) -> RunResult:
     """The replicas' results read as one run's (their requests are in the sinks already)."""
     results = cluster.replicas
@@ -297,7 +326,8 @@ def _cluster_result(cluster: ClusterResult) -> RunResult:
                      num_events=sum(r.num_events for r in results), itl=ItlLog.merged([r.itl for r in results]))
 
 
-def _cluster_extra(replicas: list[Replica], cluster: ClusterResult, frames: list[pd.DataFrame]) -> dict:
+def _cluster_extra(replicas: list[Replica], cluster: ClusterResult, frames: list[pd.DataFrame],
+                   disaggregation: Disaggregation | None) -> dict:
     """A cluster's totals: each replica's counts added up (times and means by the whole table)."""
     parts = [_policy_extra(replica.policy, result, frame)
              for replica, result, frame in zip(replicas, cluster.replicas, frames)]
@@ -309,8 +339,33 @@ def _cluster_extra(replicas: list[Replica], cluster: ClusterResult, frames: list
         "num_replicas": len(replicas),
         "num_routed": [sum(1 for _, index, _ in cluster.decisions if index == i) for i in range(len(replicas))],
         "transfer_time_s": sum(part["transfer_time_s"] for part in parts),
+        **(_kv_transfer_summary(cluster, disaggregation) if disaggregation is not None else {}),
         "mean_swap_delay_ms": _mean_ms(frame.loc[frame["num_swaps"] > 0, "swap_delay_s"]),
         "mean_recompute_delay_ms": _mean_ms(frame.loc[frame["num_recomputed_tokens"] > 0, "recompute_delay_s"]),
+    }
+
+
+def _kv_transfer_summary(cluster: ClusterResult, disaggregation: Disaggregation) -> dict:
+    """A disaggregated cluster's KV transfers: how many, what they moved, their wait for the
+    link and time on it, and each prefill replica's link utilisation (time carrying transfers
+    over the run's time, for each of the link's concurrent transfers)."""
+    transfers = cluster.transfers
+    if not transfers:
+        return {"num_kv_transfers": 0}
+    wire = pd.Series([t.end_s - t.start_s for t in transfers])
+    wait = pd.Series([t.start_s - t.ready_s for t in transfers])
+    busy = [0.0] * disaggregation.num_prefill
+    for transfer in transfers:
+        busy[transfer.prefill_replica] += transfer.end_s - transfer.start_s
+    capacity = cluster.sim_time_s * disaggregation.link_concurrency
+    return {
+        "num_kv_transfers": len(transfers),
+        "kv_bytes_moved": sum(t.num_blocks for t in transfers) * disaggregation.block_bytes,
+        "mean_kv_transfer_ms": 1000.0 * float(wire.mean()),
+        "p99_kv_transfer_ms": 1000.0 * float(wire.quantile(0.99)),
+        "mean_kv_link_wait_ms": 1000.0 * float(wait.mean()),
+        "p99_kv_link_wait_ms": 1000.0 * float(wait.quantile(0.99)),
+        "kv_link_utilization": [time / capacity if capacity else 0.0 for time in busy],
     }
 
 

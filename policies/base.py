@@ -134,6 +134,9 @@ class Scheduler:
         # Request id -> (when it was preempted, its processed positions then, "swap"/"recompute"):
         # the delay until it is back there is charged to it.
         self.preempted_at: dict[int, tuple[float, int, str]] = {}
+        # Finished requests keep their blocks until `release_held` (set by a disaggregated
+        # cluster on its prefill replicas: the KV stays until it has crossed the link).
+        self.holds_finished_blocks = False
         self._now = 0.0
         self._builder: PlanBuilder | None = None
 
@@ -332,9 +335,12 @@ class Scheduler:
         a KV-only cache holds no logits (seed 21.4). Blocks: those the chunk needs (all it will
         hold under reserve admission), while the watermark stays free.
         """
-        hit = self.prefix.lookup(request)
-        host_hits = self.prefix.lookup_host(request, hit)
-        num_hit = (hit.num_blocks + len(host_hits)) * self.bm.block_size
+        if request.num_kv_ready:  # its KV came with it (a transfer): stored, not computed
+            hit, host_hits, num_hit = NO_HIT, [], request.num_kv_ready
+        else:
+            hit = self.prefix.lookup(request)
+            host_hits = self.prefix.lookup_host(request, hit)
+            num_hit = (hit.num_blocks + len(host_hits)) * self.bm.block_size
         pending = request.num_tokens - num_hit
         chunk = min(pending, self.first_chunk_limit(request), budget.num_tokens)
         if chunk <= 0 or budget.num_seqs <= 0 or (self.admits_whole_prompts and chunk < pending):
@@ -345,6 +351,8 @@ class Scheduler:
         if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
             return 0
         self._admit(request, now, hit, num_hit)
+        if request.num_kv_ready:
+            self._store_ready(request)
         if host_hits:
             self.prefix.reload_from_host(request, hit.num_blocks, host_hits)
         self._run(request, chunk)
@@ -356,7 +364,7 @@ class Scheduler:
         positions are scheduled by the caller)."""
         self.bm.allocate(request.request_id, self.admission_reserve(request), hit)
         self.waiting.remove(request)
-        if self.counts_prefix_queries:
+        if self.counts_prefix_queries and not request.num_kv_ready:
             # vLLM's convention: every lookup queries the request's known tokens.
             request.num_prefix_query_tokens += request.num_tokens
             request.num_prefix_hit_tokens += num_hit
@@ -368,6 +376,12 @@ class Scheduler:
         request.status = Status.RUNNING
         self.running.append(request)
         self._builder.admitted.append(request.request_id)  # type: ignore[union-attr]
+
+    def _store_ready(self, request: Request) -> None:
+        """Blocks for the positions whose KV came with an admitted request: it holds them as if
+        it had processed them (a later preemption drops them like any)."""
+        self._store(request, request.num_kv_ready)
+        request.num_kv_ready = 0
 
     def cached_prefix_positions(self, request: Request, *, remember: bool = True) -> int:
         """Positions of the request's prompt the device cache holds (longest prefix match).
@@ -600,8 +614,15 @@ class Scheduler:
         self.finished.append(request)
 
     def _release_blocks(self, request: Request) -> None:
-        """A finished request's blocks go back (a policy may hold them longer)."""
-        self.bm.free(request.request_id)
+        """A finished request's blocks go back (a policy may hold them longer), unless the
+        policy holds finished requests' blocks for a transfer (`holds_finished_blocks`: a
+        disaggregated cluster's prefill replica, until `release_held`)."""
+        if not self.holds_finished_blocks:
+            self.bm.free(request.request_id)
+
+    def release_held(self, request_id: int) -> None:
+        """The blocks a finished request held (`holds_finished_blocks`) go back."""
+        self.bm.free(request_id)
 
     def drain_unfinished(self) -> list[Request]:
         """When a time horizon ends the run: everything still queued or running, marked unfinished."""

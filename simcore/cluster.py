@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from simcore.clock import to_seconds, to_ticks
+from simcore.clock import duration_ticks, to_seconds, to_ticks
 from simcore.engine import (
     Accelerator,
     Engine,
@@ -35,9 +35,10 @@ from simcore.engine import (
     _stuck_message,
 )
 from simcore.errors import ServesimError
+from simcore.presets import LinkSpec
 from simcore.pricing import CostModel
 from simcore.request import Request, Status
-from simcore.sources import ClosedLoop, FollowUps, Sink, replay
+from simcore.sources import ClosedLoop, FollowUps, Releases, Sink, replay
 from simcore.steplog import StepLog
 
 
@@ -72,6 +73,8 @@ class ClusterResult:
     undelivered: list[Request]
     # The router's decisions, in order: (request id, replica index, seconds).
     decisions: list[tuple[int, int, float]] = field(default_factory=list)
+    # KV transfers of a disaggregated cluster, in the order they ended.
+    transfers: list[Transfer] = field(default_factory=list)
     # Most requests closed-loop clients had out at once (None: open loop).
     max_concurrency: int | None = None
     end_reason: str = "done"
@@ -80,19 +83,26 @@ class ClusterResult:
 
 
 class Dispatch:
-    """The router's process: each request goes to the replica the router picks, after its delay."""
+    """The router's process: each request goes to the replica the router picks, after its delay.
+    Replica indices in its decisions start at `first_index` (a disaggregated cluster's decode
+    replicas come after its prefill replicas)."""
 
-    def __init__(self, env: simpy.Environment, engines: list[Engine], router: Router, delay_s: float = 0.0) -> None:
+    def __init__(self, env: simpy.Environment, engines: list[Engine], router: Router, delay_s: float = 0.0,
+                 first_index: int = 0) -> None:
         self.env = env
         self.engines = engines
         self.router = router
         self.delay = to_ticks(delay_s)
+        self.first_index = first_index
         self.decisions: list[tuple[int, int, float]] = []
-        self.num_routed = [0] * len(engines)
         # Routed and not yet delivered (the router's delay).
         self._in_flight: list[Request] = []
 
     def submit(self, request: Request) -> None:
+        self.deliver(self.route(request), request, self.delay)
+
+    def route(self, request: Request) -> int:
+        """The replica the router picks for `request` now (an index into `engines`)."""
         engines = self.engines
         if len(engines) > 1 and self.router.reads_state:
             for engine in engines:
@@ -100,18 +110,21 @@ class Dispatch:
         index = self.router.choose(request, engines) if len(engines) > 1 else 0
         if not 0 <= index < len(engines):
             raise ServesimError(f"router {type(self.router).__name__} chose replica {index} of {len(engines)}")
-        self.decisions.append((request.request_id, index, to_seconds(self.env.now)))
-        self.num_routed[index] += 1
-        target = engines[index]
-        if not self.delay:
+        self.decisions.append((request.request_id, self.first_index + index, to_seconds(self.env.now)))
+        return index
+
+    def deliver(self, index: int, request: Request, delay: int = 0) -> None:
+        """`request` reaches replica `index` after `delay` ticks."""
+        target = self.engines[index]
+        if not delay:
             target.submit(request)
             return
         target.open_source()
         self._in_flight.append(request)
-        self.env.process(self._deliver(target, request))
+        self.env.process(self._deliver(target, request, delay))
 
-    def _deliver(self, target: Engine, request: Request) -> Iterator[simpy.Event]:
-        yield self.env.timeout(self.delay)
+    def _deliver(self, target: Engine, request: Request, delay: int) -> Iterator[simpy.Event]:
+        yield self.env.timeout(delay)
         self._in_flight.remove(request)
         target.submit(request)
         target.close_source()
@@ -126,6 +139,128 @@ class Dispatch:
 
     def undelivered(self) -> list[Request]:
         return list(self._in_flight)
+
+
+@dataclass(frozen=True)
+class Disaggregation:
+    """Prefill and decode on separate replicas: the first `num_prefill` replicas prefill each
+    request (to its first output); its KV then moves over that replica's link (`link_concurrency`
+    transfers at once, the rest queue) to a decode replica `decode_router` picks, which
+    continues it. A transfer moves the blocks holding the prompt, `block_bytes` each."""
+
+    num_prefill: int
+    decode_router: Router
+    link: LinkSpec
+    block_bytes: int
+    link_concurrency: int = 1
+
+
+@dataclass
+class Transfer:
+    """One request's KV moved from a prefill replica to a decode replica (seconds)."""
+
+    request_id: int
+    prefill_replica: int
+    decode_replica: int
+    num_blocks: int
+    # Its prefill's end (it waited for the link until `start_s`), and when the KV arrived.
+    ready_s: float
+    start_s: float
+    end_s: float
+
+
+class KVTransfers:
+    """A disaggregated cluster between its two sides: the source's requests go to the prefill
+    replicas as prefill legs (`Request.prefill_leg`); a finished leg's replica holds its blocks
+    until its KV has crossed the link, and the request continues on a decode replica
+    (`Request.decode_leg`), its first output delivered when the KV arrives. The decode side
+    stays open while any request is on the prefill side or on a link."""
+
+    def __init__(self, env: simpy.Environment, prefill: Dispatch, decode: Dispatch, spec: Disaggregation,
+                 releases: Releases | None) -> None:
+        self.env = env
+        self.prefill = prefill
+        self.decode = decode
+        self.spec = spec
+        # What hears of requests leaving the cluster (follow-up turns, clients).
+        self.releases = releases
+        self.links = [simpy.Resource(env, capacity=spec.link_concurrency) for _ in prefill.engines]
+        self.transfers: list[Transfer] = []
+        # Requests on the prefill side: id -> (the request as sent, its prefill replica).
+        self._in_prefill: dict[int, tuple[Request, int]] = {}
+        self._on_link: list[Request] = []
+
+    # ---- a sink, for the sources ----------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        if self.decode.engines[0].policy.rejection_reason(request) is not None:
+            # Too long for a decode replica: refused there at once, not prefilled first.
+            self.decode.deliver(self.decode.route(request), request)
+            return
+        self.decode.open_source()  # (until it reaches the decode side, or ends on the prefill side)
+        leg = request.prefill_leg()
+        index = self.prefill.route(leg)
+        self._in_prefill[request.request_id] = (request, index)
+        self.prefill.deliver(index, leg, self.prefill.delay)
+
+    def open_source(self) -> None:
+        self.prefill.open_source()
+        self.decode.open_source()
+
+    def close_source(self) -> None:
+        self.prefill.close_source()
+        self.decode.close_source()
+
+    # ---- releases, from the replicas -------------------------------------------------------
+
+    def release(self, request: Request, at: float) -> None:
+        """A request left a replica: a prefill leg with outputs to go moves to the decode side,
+        its prefill replica holding its blocks until the KV has crossed; anything else (a decode
+        leg, a request with one output, or one rejected) has left the cluster."""
+        entry = self._in_prefill.pop(request.request_id, None)
+        if entry is not None:
+            template, source = entry
+            if request.status is Status.FINISHED:
+                if template.num_target_outputs > 1:
+                    self._start_transfer(source, request, template)
+                    return
+                self.prefill.engines[source].policy.release_held(request.request_id)
+            self.decode.close_source()
+        if self.releases is not None:
+            self.releases.release(request, at)
+
+    def _start_transfer(self, source: int, leg: Request, template: Request) -> None:
+        engine = self.prefill.engines[source]
+        # Until the blocks it holds are free, the replica waits for them rather than ending.
+        engine.open_source()
+        self._on_link.append(leg)
+        num_blocks = engine.policy.bm.blocks_for(leg.num_processed)
+        self.env.process(self._transfer(source, self.decode.route(leg), leg, template, num_blocks))
+
+    def _transfer(self, source: int, target: int, leg: Request, template: Request,
+                  num_blocks: int) -> Iterator[simpy.Event]:
+        ready = self.env.now
+        with self.links[source].request() as slot:
+            yield slot
+            start = self.env.now
+            link = self.spec.link
+            yield self.env.timeout(duration_ticks(link.latency_s + num_blocks * self.spec.block_bytes / link.bytes_per_s))
+        # The prefill replica's blocks are free now: what it plans next may use them.
+        engine = self.prefill.engines[source]
+        engine.observe()
+        engine.policy.release_held(leg.request_id)
+        engine.close_source()  # (wakes it)
+        self._on_link.remove(leg)
+        arrived = self.env.now
+        self.transfers.append(Transfer(leg.request_id, self.prefill.first_index + source,
+                                       self.decode.first_index + target, num_blocks, to_seconds(ready),
+                                       to_seconds(start), to_seconds(arrived)))
+        self.decode.deliver(target, leg.decode_leg(template, to_seconds(arrived)))
+        self.decode.close_source()
+
+    def undelivered(self) -> list[Request]:
+        """Requests on a link (their prefill done)."""
+        return [*self._on_link, *self.decode.undelivered()]
 
 
 class ClusterSteps:
@@ -207,12 +342,18 @@ def simulate_cluster(
     router_delay_s: float = 0.0,
     limits: RunLimits | None = None,
     clients: ClosedLoopSpec | None = None,
+    disaggregation: Disaggregation | None = None,
 ) -> ClusterResult:
     """Run `requests` through `replicas` behind `router` (one replica needs none): see the module
-    docstring. The requests are a template and are never modified."""
+    docstring. With `disaggregation`, its first `num_prefill` replicas prefill and the others
+    decode (`KVTransfers`); `router` picks among the prefill replicas. The requests are a
+    template and are never modified."""
     limits = limits or RunLimits()
     if len(replicas) > 1 and router is None:
         raise ValueError("several replicas need a router")
+    if disaggregation is not None and not 0 < disaggregation.num_prefill < len(replicas):
+        raise ValueError(f"a disaggregated cluster needs prefill and decode replicas: {disaggregation.num_prefill} "
+                         f"of {len(replicas)} prefill")
     with _collector_for_a_run():
         wall_start = time.perf_counter()
         env = simpy.Environment()
@@ -232,8 +373,18 @@ def simulate_cluster(
                    on_finished=replica.on_finished, on_progress=replica.on_progress)
             for replica in replicas
         ]
-        dispatch = Dispatch(env, engines, router, router_delay_s) if router is not None else None
-        sink: Sink = dispatch if dispatch is not None else engines[0]
+        transfers = None
+        if disaggregation is not None:
+            split = disaggregation.num_prefill
+            dispatch = Dispatch(env, engines[:split], router, router_delay_s)  # type: ignore[arg-type]
+            transfers = KVTransfers(env, dispatch, Dispatch(env, engines[split:], disaggregation.decode_router,
+                                                            first_index=split), disaggregation, releases)
+            for engine in engines[:split]:
+                engine.releases = transfers
+                engine.policy.holds_finished_blocks = True
+        else:
+            dispatch = Dispatch(env, engines, router, router_delay_s) if router is not None else None
+        sink: Sink = transfers or dispatch or engines[0]
         if closed_loop is not None:
             closed_loop.deliver_to(sink)
             sources = [closed_loop]
@@ -258,6 +409,7 @@ def simulate_cluster(
         if end_reason != "done":
             # Requests routed or sent and not delivered to any replica are unfinished too.
             undelivered = [*(dispatch.undelivered() if dispatch is not None else []),
+                           *(transfers.undelivered() if transfers is not None else []),
                            *(request for source in sources for request in source.undelivered())]
             for request in undelivered:
                 request.status = Status.UNFINISHED
@@ -266,9 +418,16 @@ def simulate_cluster(
             results, undelivered = [engines[0].result(to_seconds(sim_time), wall_start, undelivered)], []
         else:
             results = [engine.result(to_seconds(sim_time), wall_start) for engine in engines]
+        decisions = dispatch.decisions if dispatch is not None else []
+        if transfers is not None:
+            # A request is in the result of the replica it ended on.
+            moved = {transfer.request_id for transfer in transfers.transfers}
+            for result in results[:disaggregation.num_prefill]:  # type: ignore[union-attr]
+                result.finished = [request for request in result.finished if request.request_id not in moved]
+            decisions = sorted([*decisions, *transfers.decode.decisions], key=lambda d: d[2])
         return ClusterResult(
-            replicas=results, undelivered=undelivered,
-            decisions=dispatch.decisions if dispatch is not None else [],
+            replicas=results, undelivered=undelivered, decisions=decisions,
+            transfers=transfers.transfers if transfers is not None else [],
             max_concurrency=closed_loop.max_in_flight if closed_loop is not None else None,
             end_reason=end_reason, sim_time_s=to_seconds(sim_time), wall_time_s=time.perf_counter() - wall_start,
         )

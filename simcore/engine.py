@@ -180,7 +180,8 @@ class Engine:
         # (ticks: its arrival, or later where a router delays it).
         self.inbox: list[Request] = []
         self._inbox_ticks: list[int] = []
-        # Sources that may still deliver requests (a trace, each released follow-up turn).
+        # Sources that may still deliver requests (a trace, each released follow-up turn), or
+        # free blocks the policy holds for them (a transfer under way).
         self.num_open_sources = 0
         self.end_reason = "done"
         self.num_events = 0
@@ -197,14 +198,18 @@ class Engine:
         """A request is delivered (now: at its arrival, when released, or after a router's delay)."""
         self.inbox.append(request)
         self._inbox_ticks.append(self.env.now)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        self.wake()
 
     def open_source(self) -> None:
         self.num_open_sources += 1
 
     def close_source(self) -> None:
         self.num_open_sources -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        """Something outside changed what the policy can do (a source closed; blocks it held
+        for a transfer are free): an engine waiting for work plans again now."""
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 

@@ -88,7 +88,8 @@ MODELS: dict[str, ModelSpec] = {
 
 @dataclass(frozen=True)
 class LinkSpec:
-    """A host<->device copy path: sustained bytes per second one way, and a fixed cost per copy."""
+    """A copy path (host<->device, or between devices or machines): sustained bytes per second
+    one way, and a fixed cost per copy."""
 
     name: str
     bytes_per_s: float
@@ -130,12 +131,19 @@ LINKS: dict[str, LinkSpec] = {
     "h200-host-pinned": LinkSpec("h200-host-pinned", 55 * GB, _COPY_LATENCY_S),
     "h200-host-pageable": LinkSpec("h200-host-pageable", 21 * GB, _COPY_LATENCY_S),
 }
+# NVLink all-reduce latency of a few microseconds per call (NCCL small-message regime).
+_NVLINK_LATENCY_S = 5e-6
+# Links between devices or machines, for a disaggregated cluster's KV transfers (one direction):
+# NVLink 4 (H100/H200 datasheets: 900 GB/s per GPU, both directions together); a 400 Gb/s NIC,
+# InfiniBand NDR or RoCE (NVIDIA ConnectX-7 datasheet: 400 Gb/s = 50 GB/s), with RDMA's few
+# microseconds per transfer, RoCE's a little more over Ethernet switches (order of magnitude).
+LINKS["nvlink-4"] = LinkSpec("nvlink-4", 450 * GB, _NVLINK_LATENCY_S)
+LINKS["infiniband-ndr"] = LinkSpec("infiniband-ndr", 50 * GB, 5e-6)
+LINKS["roce-400g"] = LinkSpec("roce-400g", 50 * GB, 10e-6)
 # A bare generation name means pinned memory, which is what engines allocate for swap space.
 LINKS["pcie-gen4"] = LinkSpec("pcie-gen4", LINKS["pcie-gen4-pinned"].bytes_per_s, _COPY_LATENCY_S)
 LINKS["pcie-gen5"] = LinkSpec("pcie-gen5", LINKS["pcie-gen5-pinned"].bytes_per_s, _COPY_LATENCY_S)
 
-# NVLink all-reduce latency of a few microseconds per call (NCCL small-message regime).
-_NVLINK_LATENCY_S = 5e-6
 
 HARDWARE: dict[str, HardwareSpec] = {
     # NVIDIA A100 datasheet: 312 TFLOP/s bf16 dense, 2,039 GB/s (80GB SXM), NVLink3 600 GB/s

@@ -60,6 +60,9 @@ class Request:
     num_cached_prefix: int = 0  # prompt positions served by the prefix cache at (re)admission
     num_preemptions: int = 0
     num_swaps: int = 0
+    # Positions whose KV arrives with the request (a disaggregated cluster's transfer from the
+    # replica that prefilled it): admission stores them without computing them.
+    num_kv_ready: int = 0
     reject_reason: str | None = None
 
     # --- timestamps (simulated seconds) ---
@@ -99,7 +102,7 @@ class Request:
         new.parent_id, new.think_time_s, new.priority = self.parent_id, self.think_time_s, self.priority
         new.status, new.num_processed, new.num_outputs = self.status, self.num_processed, self.num_outputs
         new.num_cached_prefix, new.num_preemptions = self.num_cached_prefix, self.num_preemptions
-        new.num_swaps, new.reject_reason = self.num_swaps, self.reject_reason
+        new.num_swaps, new.num_kv_ready, new.reject_reason = self.num_swaps, self.num_kv_ready, self.reject_reason
         new.first_scheduled_s, new.prefill_done_s = self.first_scheduled_s, self.prefill_done_s
         new.first_token_s, new.last_token_s, new.finish_s = self.first_token_s, self.last_token_s, self.finish_s
         new.num_prefix_query_tokens = self.num_prefix_query_tokens
@@ -108,6 +111,24 @@ class Request:
         new.swap_delay_s, new.recompute_delay_s = self.swap_delay_s, self.recompute_delay_s
         new._num_target = self._num_target
         return new
+
+    def prefill_leg(self) -> Request:
+        """A copy that stops at its first output: its prefill on a disaggregated cluster's
+        prefill replica."""
+        leg = self.copy()
+        leg._num_target = 1
+        return leg
+
+    def decode_leg(self, template: Request, arrived_s: float) -> Request:
+        """This prefill leg (finished) continued on a decode replica: a copy with `template`'s
+        outputs to go, its prompt's KV arriving with it, and its first output delivered at
+        `arrived_s`, when that KV arrived."""
+        leg = self.copy()
+        leg._num_target = template._num_target
+        leg.status, leg.num_processed, leg.finish_s = Status.WAITING, 0, None
+        leg.num_kv_ready = self.prompt_len
+        leg.first_token_s = leg.last_token_s = arrived_s
+        return leg
 
     @property
     def num_target_outputs(self) -> int:

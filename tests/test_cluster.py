@@ -208,3 +208,71 @@ def test_a_cluster_run_writes_replica_columns_and_summaries(tmp_path):
         assert list(requests.columns[:2]) == ["request_id", "replica"]
         assert sorted(requests["replica"].value_counts().tolist()) == sorted(entry["num_routed"])
         assert list(steps.columns[:2]) == ["replica", "step_id"] and len(steps) == entry["num_steps"]
+
+
+def disaggregated_run(requests, name, opts, *, num_prefill=1, num_decode=2, fast=True, caching=False,
+                      router="round_robin", decode_router="least_outstanding", concurrency=1, clients=None,
+                      horizon=None, block_bytes=2_000_000, num_blocks=64):  # noqa: ANN001, ANN201
+    from simcore.cluster import Disaggregation
+    from simcore.presets import get_link
+
+    replicas = []
+    for _ in range(num_prefill + num_decode):
+        policy = small_policy(name, opts, caching=caching, num_blocks=num_blocks)
+        replicas.append(Replica(policy, cost_model(), accelerator_for(policy) if fast else None))
+    spec = Disaggregation(num_prefill, make_router(decode_router, num_decode, seed=1), get_link("infiniband-ndr"),
+                          block_bytes=block_bytes, link_concurrency=concurrency)
+    return simulate_cluster(requests, replicas, router=make_router(router, num_prefill, seed=2), clients=clients,
+                            disaggregation=spec, limits=RunLimits(max_sim_time_s=horizon, check_invariants=True))
+
+
+@pytest.mark.parametrize("name, opts", CLUSTER_CONFIGS)
+@pytest.mark.parametrize("decode_router", ["round_robin", "least_kv", "prefix_aware"])
+def test_disaggregated_runs_match_stepping(name, opts, decode_router):
+    requests = workload(10, content=True, sessions=True, num_requests=80, rate=60.0)
+    runs = [disaggregated_run(requests, name, opts, fast=fast, caching=True, decode_router=decode_router)
+            for fast in (False, True)]
+    assert_tables_equal(tables(runs[0]), tables(runs[1]))
+    assert runs[0].transfers == runs[1].transfers
+
+
+def test_disaggregation_moves_each_request_once_after_its_prefill():
+    requests = workload(11, content=False, num_requests=80, rate=80.0)
+    result = disaggregated_run(requests, "chunked_prefill", {"chunk_size": 16}, num_prefill=2, num_decode=2,
+                               router="least_outstanding")
+    transfers = {t.request_id: t for t in result.transfers}
+    multi = [r for r in requests if r.output_len > 1]
+    assert sorted(transfers) == sorted(r.request_id for r in multi)
+    decoded = {r.request_id: (index, r) for index, replica in enumerate(result.replicas[2:], 2)
+               for r in replica.requests}
+    for request_id, transfer in transfers.items():
+        index, request = decoded[request_id]
+        assert transfer.prefill_replica in (0, 1) and transfer.decode_replica == index
+        # Never before its prefill ends; it waits for the link, then takes its time on it.
+        assert request.prefill_done_s <= transfer.ready_s <= transfer.start_s < transfer.end_s
+        assert request.first_token_s == transfer.end_s  # the first output is delivered when the KV arrives
+        assert request.status.value == "finished" and request.num_outputs == request.output_len
+    # Each request routed once per phase: a prefill decision for all, a decode one for those moved.
+    phases = [index >= 2 for _, index, _ in result.decisions]
+    assert phases.count(False) == len(requests) and phases.count(True) == len(multi)
+    # The prefill side keeps (finished) only requests with a single output.
+    kept = [r for replica in result.replicas[:2] for r in replica.requests]
+    assert sorted(r.request_id for r in kept) == sorted(r.request_id for r in requests if r.output_len == 1)
+
+
+def test_transfers_queue_on_a_busy_link():
+    requests = [req(i, 0.0, 200, 5) for i in range(6)]
+    for concurrency, expect_wait in ((1, True), (6, False)):
+        # 50 blocks of 100 MB a request: 0.1 s a transfer at 50 GB/s, longer than a prefill step.
+        result = disaggregated_run(requests, "chunked_prefill", {"chunk_size": 512}, concurrency=concurrency,
+                                   block_bytes=100_000_000, num_blocks=400)
+        waits = [t.start_s - t.ready_s for t in result.transfers]
+        assert any(w > 0 for w in waits) == expect_wait, waits
+
+
+def test_disaggregated_closed_loop_and_horizon_match_stepping():
+    requests = workload(12, content=False, num_requests=60)
+    clients = ClosedLoopSpec(5, think_time_s=0.01)
+    runs = [tables(disaggregated_run(requests, "chunked_prefill", {"chunk_size": 16}, fast=fast, clients=clients,
+                                     horizon=0.4)) for fast in (False, True)]
+    assert_tables_equal(*runs)
