@@ -10,8 +10,9 @@ What the search varies (`choose_param`): a synthetic or session workload's `arri
 for a timed trace `trace.target_rate`, the trace's mean arrival rate in req/s (its gaps are
 rescaled, keeping their pattern; see workloads/traces/options.py). Either way the rates are
 requests (or sessions) per second, so --low/--high/--tol mean the same for both. Sessions start
-at `arrivals.rate` (each one's later turns then follow its earlier ones); a search over a fixed
-number of concurrent users waits for closed-loop clients.
+at `arrivals.rate` (each one's later turns then follow its earlier ones). With closed-loop
+clients (`clients:`) it varies `clients.concurrency`, a whole number of clients: the bracket's
+ends and probes are whole numbers, and the search stops when they are --tol (at least 1) apart.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from simcore.errors import ConfigError, ServesimError
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p50", "p90", "p95", "p99")
 RATE_PATH = "workload.arrivals.rate"
+# With closed-loop clients: how many.
+CONCURRENCY_PATH = "clients.concurrency"
 # For a timed trace: the mean arrival rate (req/s) its gaps are rescaled to.
 TRACE_RATE_PATH = "workload.trace.target_rate"
 # Probe rates are rounded to this many decimals (so that probe ids and tables stay readable).
@@ -128,9 +131,11 @@ class CapacityResult:
 
 
 def choose_param(data: dict[str, Any], *, source: str | None) -> str:
-    """The rate the search varies when --param is not given: `arrivals.rate` where the workload
-    draws arrivals (synthetic, sessions, ShareGPT, a trace with lengths_only), else a timed
-    trace's `target_rate`."""
+    """What the search varies when --param is not given: closed-loop clients' concurrency;
+    else `arrivals.rate` where the workload draws arrivals (synthetic, sessions, ShareGPT, a
+    trace with lengths_only), else a timed trace's `target_rate`."""
+    if isinstance(data.get("clients"), dict):
+        return CONCURRENCY_PATH
     workload = data.get("workload")
     workload = workload if isinstance(workload, dict) else {}
     arrivals = workload.get("arrivals")
@@ -243,6 +248,13 @@ def search(
     return series
 
 
+def check_counts(param: str, low: float, high: float) -> None:
+    """A search over a number of clients needs whole-number ends (0 clients is none)."""
+    if param == CONCURRENCY_PATH and not (low == int(low) and high == int(high) and low >= 1):
+        raise ConfigError("the search varies clients.concurrency, a whole number of clients", where="--low/--high",
+                          expected="whole numbers, at least 1", found=f"{low:g}, {high:g}")
+
+
 def check_tol(low: float, high: float, tol: float) -> int:
     """The rounds a search of [low, high] down to `tol` takes (both ends, then one halving a
     round); a `tol` finer than the rates the search can tell apart is an error: the bracket
@@ -273,7 +285,10 @@ def _bisect(series: list[Series], slo: dict[str, float], store: SweepStore, pool
                 continue
             _update(s, low, high)
             if s.status == "searching":
-                middle = round(s.low + (s.high - s.low) / 2, RATE_DECIMALS)  # no overflow near the float limit
+                if param == CONCURRENCY_PATH:
+                    middle = float(math.floor(s.low + (s.high - s.low) / 2))
+                else:
+                    middle = round(s.low + (s.high - s.low) / 2, RATE_DECIMALS)  # no overflow near the float limit
                 # No rate strictly inside the bracket (rounding, float spacing): it is as narrow as it gets.
                 if s.high - s.low <= tol or not s.low < middle < s.high:
                     s.status = "ok"
@@ -325,7 +340,7 @@ def _run_probes(series: list[Series], wanted: dict[int, list[float]], slo: dict[
 
 def _probe_point(s: Series, rate: float, *, source: str | None, param: str) -> SweepPoint:
     data = copy.deepcopy(s.data)
-    set_dotted(data, param, rate, source=source)
+    set_dotted(data, param, int(rate) if param == CONCURRENCY_PATH else rate, source=source)
     exp = parse_experiment(copy.deepcopy(data), source=source)
     digest = hashlib.sha256(json.dumps(exp.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:10]
     point_id = f"s{s.index:02d}-r{rate:g}-{digest}"

@@ -28,9 +28,10 @@ def capacity_table(result: dict[str, Any], style: str = "text") -> str:
     columns = [("Policy", "label", "{}")]
     if any(s["variant"] for s in result["series"]):
         columns.append(("Variant", "variant", "{}"))
-    columns.append(("Max rate (req/s)", "max_rate", "{}"))
+    what, unit = searched(result["param"])
+    columns.append((f"Max {what} ({unit})", "max_rate", "{}"))
     columns += [(f"{slo_header(k)} <= {v:g}", f"pass {k}", "{:.1f}") for k, v in slo.items()]
-    columns.append(("Fails at (req/s)", "fail_rate", "{}"))
+    columns.append((f"Fails at ({unit})", "fail_rate", "{}"))
     columns += [(f"{slo_header(k)} there", f"fail {k}", "{:.1f}") for k in slo]
     columns += [("Probes", "probes", "{:d}"), ("Status", "status", "{}")]
     heading = (f"{result['name']}: highest {result['param']} meeting {_slo_text(slo)} "
@@ -44,6 +45,11 @@ def slo_header(key: str) -> str:
     """'p90_ttft_ms' -> 'P90 TTFT (ms)', as the summary tables name it."""
     stat, metric, _ = key.split("_")
     return f"{'Median' if stat in ('median', 'p50') else stat.capitalize()} {metric.upper()} (ms)"
+
+
+def searched(param: str) -> tuple[str, str]:
+    """What a search varied and its unit, for headers: a rate, or closed-loop clients."""
+    return ("concurrency", "clients") if param == "clients.concurrency" else ("rate", "req/s")
 
 
 def _rate_text(rate: float | None, *, below: float | None = None, above: float | None = None) -> str:

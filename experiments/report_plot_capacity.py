@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from experiments.plots import describe_setup, plt, save_figure, series_colors
+from experiments.report_capacity import searched
 from experiments.report_load import read_resolved, read_run_info
 
 
@@ -26,7 +27,9 @@ def plot_capacity(result: dict[str, Any], title: str, out_dir: Path) -> list[Pat
     axes[0].set_yticks(y, names)
     axes[0].invert_yaxis()
     axes[0].set_xlim(0, max(rates + [result["low"]]) * 1.3)
-    axes[0].set_xlabel("highest request rate meeting the SLOs (req/s)")
+    what, unit = searched(result["param"])
+    quantity = "request rate" if what == "rate" else what
+    axes[0].set_xlabel(f"highest {quantity} meeting the SLOs ({unit})")
     axes[0].set_title("capacity per policy")
     axes[0].grid(axis="x", alpha=0.3)
     ax = axes[1]
@@ -43,7 +46,7 @@ def plot_capacity(result: dict[str, Any], title: str, out_dir: Path) -> list[Pat
                    marker="x", s=24)
     ax.axhline(1.0, color="black", linestyle="-.", linewidth=1)
     ax.set_yscale("log")
-    ax.set_xlabel("probed request rate (req/s)")
+    ax.set_xlabel(f"probed {quantity} ({unit})")
     ax.set_ylabel("worst metric / its SLO limit (1 = at the limit)")
     ax.set_title("probes: o = passed, x = failed", fontsize=9)
     ax.grid(alpha=0.3)

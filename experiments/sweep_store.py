@@ -146,7 +146,7 @@ def dataset_frame(plan: SweepPlan, store: SweepStore) -> pd.DataFrame:
             row = dict(config)
             for key, value in summary.items():
                 if key not in row:
-                    row[key] = value
+                    row[key] = _cell(value)  # (a cluster's per-replica lists as JSON text)
                     if key not in columns:
                         columns.append(key)
             rows.append(row)
@@ -160,7 +160,8 @@ def dataset_frame(plan: SweepPlan, store: SweepStore) -> pd.DataFrame:
 
 
 def _cell(value: Any) -> Any:
-    # Parquet columns need one type; a swept mapping or list (a whole arrival spec) goes in as JSON.
+    # Parquet columns need one type; a mapping or list (a whole arrival spec, a cluster's
+    # per-replica figures) goes in as JSON.
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return value

@@ -123,19 +123,31 @@ _LATE = 2
 FLUSH_EVERY = 4096
 # Events between two calls of `on_progress` (a callback that checks the wall clock itself).
 PROGRESS_EVERY = 256
+# Steps a run prices at first, then twice as many each time (`_take_steps`).
+FIRST_CHUNK = 16
 # New containers between the collector's young passes during a run (see `_collector_for_a_run`).
 GC_YOUNG_THRESHOLD = 100_000
 
 
 @dataclass
 class _OpenRun:
-    """A run whose steps are being taken: the run, the planned step's end and the steps' ends
-    so far (ticks); `finished` is set once `Engine.observe` has completed them."""
+    """A run whose steps are being taken: the run, the planned step's end, the most steps it may
+    take, how much of the inbox it has seen, and the steps taken (their ends, ticks). `finished` is set once `Engine.observe` has completed its steps."""
 
     run: Run
     end: int
-    ends: list[int]
+    limit: int
+    seen: int
+    closed_loop: bool
+    ends: list[int] = field(default_factory=list)
     finished: list[Request] | None = None
+    # Whether the engine sleeps until the steps taken end (a cut must wake it sooner).
+    sleeping: bool = False
+
+    @property
+    def wake(self) -> int:
+        """When the steps taken end."""
+        return self.ends[-1] if self.ends else self.end
 
 
 class _Late(Event):
@@ -199,6 +211,7 @@ class Engine:
         self.inbox.append(request)
         self._inbox_ticks.append(self.env.now)
         self.wake()
+        self._cut_for_deliveries()
 
     def open_source(self) -> None:
         self.num_open_sources += 1
@@ -221,12 +234,39 @@ class Engine:
         """Bring the policy's state to now, for a reader outside the engine (a router): as
         stepping leaves it, every step that has started completed (a step is completed when it
         starts). A run under way is cut at the step in progress and completed now; the engine
-        goes on from there when that step ends, as after any cut. The steps a run has taken all
-        started before the earliest event due when it took them (`_take_steps`), so before now."""
+        goes on from there when that step ends, as after any cut."""
         open_run = self._open_run
         if open_run is None or open_run.finished is not None:
             return
-        open_run.finished = self._apply_run(open_run.run, open_run.end, open_run.ends) if open_run.ends else []
+        ends = open_run.ends
+        del ends[_num_started(open_run.end, ends, self.env.now):]
+        open_run.limit = len(ends)
+        open_run.finished = self._apply_run(open_run.run, open_run.end, ends) if ends else []
+        self._set_alarm(open_run)
+
+    def _cut_for_deliveries(self) -> None:
+        """Requests were delivered now, while a run's steps are taken: the steps that started
+        before now stay; the next sees them, and the run goes on past it only as far as they
+        leave it as planned (`Run.steps_kept`)."""
+        open_run = self._open_run
+        if open_run is None or open_run.finished is not None:
+            return
+        ends = open_run.ends
+        started = _num_started(open_run.end, ends, self.env.now)
+        for request in self.inbox[open_run.seen:]:
+            open_run.limit = min(open_run.limit,
+                                 started if open_run.closed_loop else open_run.run.steps_kept(request, started))
+        open_run.seen = len(self.inbox)
+        if open_run.limit < len(ends):
+            del ends[open_run.limit:]
+            self._set_alarm(open_run)
+
+    def _set_alarm(self, open_run: _OpenRun) -> None:
+        """The run's steps taken end sooner than the engine sleeps for: wake it now, to sleep
+        again until then (SimPy's interrupt; not while it is already waking)."""
+        if open_run.sleeping and self.env.active_process is not self.process:
+            open_run.sleeping = False
+            self.process.interrupt()
 
     # ---- the process ------------------------------------------------------------------------
 
@@ -290,42 +330,44 @@ class Engine:
             if self.on_step is not None:
                 self.on_step(to_seconds(end))
             return finished
-        # The run's step ends (ticks), priced a repeat at a time as the clock reaches them: up
-        # to the step in progress when the next event is due, then, if what happened leaves the
-        # run as it is, on from there.
-        ends: list[int] = []
-        priced: list[int] = []  # ends of the current repeat's steps not taken yet
+        # The run's steps, priced a chunk at a time: the engine sleeps to the end of those it
+        # has taken. A delivery meanwhile (`_cut_for_deliveries`), or a reader's `observe`,
+        # cuts them where the run stops being certain and moves the alarm.
         repeats = run.repeats()
-        limit, seen = run.num_steps, len(self.inbox)
         horizon = self.horizon if self.horizon is not None else math.inf
-        open_run = self._open_run = _OpenRun(run, end, ends)
+        open_run = self._open_run = _OpenRun(run, end, run.num_steps, len(self.inbox), closed_loop)
+        ends = open_run.ends
+        rest: Repeat | None = None  # what is left of the repeat being priced
+        chunk = FIRST_CHUNK
         while True:
-            due = env.peek()
-            while len(ends) < limit and (ends[-1] if ends else end) < due:
-                if not priced:
-                    priced = self._price(next(repeats), ends[-1] if ends else end, plan.step_id + 1 + len(ends))
-                # The steps up to the one in progress when the next event is due, within the
-                # run's limit, and ending before the horizon.
-                take = min(bisect_left(priced, due) + 1, len(priced), limit - len(ends))
-                within = bisect_left(priced, horizon, 0, take)
-                if within < take:
-                    take, limit = within, len(ends) + within
+            # The next chunk of steps, within the run's limit and before the horizon: chunks
+            # double, so a cut wastes the pricing of at most one while long runs wake rarely;
+            # none while an event due before the steps taken end may cut the run there.
+            if len(ends) < open_run.limit and (open_run.wake < env.peek() or env.now >= open_run.wake):
+                if rest is None:
+                    rest = next(repeats)
+                head, rest = _split(rest, min(chunk, open_run.limit - len(ends)))
+                priced = self._price(head, open_run.wake, plan.step_id + 1 + len(ends))
+                chunk *= 2
+                take = bisect_left(priced, horizon)
+                if take < len(priced):
+                    open_run.limit = len(ends) + take
                 ends += priced[:take]
-                del priced[:take]
-            yield _Late(env, (ends[-1] if ends else end) - env.now)
-            if open_run.finished is not None:  # completed already, for a reader (`observe`)
-                self._open_run = None
-                return [*finished, *open_run.finished]
-            for request in self.inbox[seen:]:
-                # The next step sees it: from there on the run stays as planned only as it says.
-                limit = min(limit, len(ends) if closed_loop else run.steps_kept(request, len(ends)))
-            seen = len(self.inbox)
-            if len(ends) >= limit:
+            if env.now >= open_run.wake and len(ends) >= open_run.limit:
                 break
+            open_run.sleeping = True
+            try:
+                yield _Late(env, open_run.wake - env.now)
+            except simpy.Interrupt:
+                continue  # cut (`_cut_for_deliveries`, `observe`): sleep until its new end
+            finally:
+                open_run.sleeping = False
             if self.limits.max_wall_time_s is not None and \
                     time.perf_counter() - self._wall_start > self.limits.max_wall_time_s:
-                break
+                open_run.limit = len(ends)
         self._open_run = None
+        if open_run.finished is not None:  # completed already, for a reader (`observe`)
+            return [*finished, *open_run.finished]
         if not ends:
             return finished
         return [*finished, *self._apply_run(run, end, ends)]
@@ -455,6 +497,19 @@ class Engine:
             finished.clear()
             self.num_handed_over += len(batch)
             self.on_finished(batch)
+
+
+def _split(repeat: Repeat, num_steps: int) -> tuple[Repeat, Repeat | None]:
+    """A repeat's first `num_steps` steps, and the rest (None: none left)."""
+    if num_steps >= repeat.num_steps:
+        return repeat, None
+    return (repeat._replace(num_steps=num_steps),
+            repeat._replace(num_steps=repeat.num_steps - num_steps, advance=repeat.advance + num_steps))
+
+
+def _num_started(end: int, ends: list[int], now: int) -> int:
+    """How many of a run's steps (starting at `end`, ending at `ends`) started before `now`."""
+    return min(bisect_left(ends, now) + 1, len(ends)) if end < now else 0
 
 
 def _count_after(arrivals: list[int], at: int) -> int:

@@ -1,9 +1,12 @@
-"""Reading a Hugging Face `config.json` (Llama, Mistral, Qwen2 families) into a ModelSpec.
+"""Reading a Hugging Face `config.json` into a ModelSpec.
 
-Key names and defaults follow the transformers configuration classes LlamaConfig,
-MistralConfig and Qwen2Config. Both spellings of RoPE settings are accepted: `rope_theta` and
-`rope_scaling` (transformers 4.x) and a `rope_parameters` mapping (transformers 5).
-`context_length` derives a model's context (the default max_model_len) as vLLM does.
+Families: Llama, Mistral (with or without sliding_window), Qwen2 and Qwen3, Gemma 2, Gemma 3
+(text-only checkpoints, `Gemma3ForCausalLM`) and Phi-3. Key names and defaults follow the
+transformers configuration classes of each family (LlamaConfig, MistralConfig, Qwen2Config,
+Qwen3Config, Gemma2Config, Gemma3TextConfig, Phi3Config), including which layers slide and the
+defaults a config.json may leave out. Both spellings of RoPE settings are accepted: `rope_theta`
+and `rope_scaling` (transformers 4.x) and a `rope_parameters` mapping (transformers 5; per layer
+type for Gemma 3). `context_length` derives a model's context (the default max_model_len) as vLLM does.
 """
 
 from __future__ import annotations
@@ -17,14 +20,27 @@ from simcore.errors import ConfigError, close_match
 from simcore.model import ModelSpec
 
 # Architectures whose decoder layer ModelSpec describes, by config.json `architectures` entry
-# and by `model_type`.
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+# and by `model_type` (same order).
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3")
+_GEMMA = ("gemma2", "gemma3_text")
 
 # transformers' defaults for keys a config.json may leave out.
-_DEFAULT_MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768}
-_DEFAULT_RMS_NORM_EPS = 1e-6
-_DEFAULT_ROPE_THETA = 10000.0
+_DEFAULT_MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "qwen3": 32768, "gemma2": 8192,
+                          "gemma3_text": 131072, "phi3": 4096}
+_DEFAULT_HEAD_DIM = {"qwen3": 128, "gemma2": 256, "gemma3_text": 256}  # others: hidden / heads
+_DEFAULT_RMS_NORM_EPS = {"phi3": 1e-5}  # others 1e-6
+_DEFAULT_ROPE_THETA = {"gemma3_text": 1_000_000.0}  # others 10000
+_DEFAULT_LOCAL_ROPE_THETA = 10000.0  # Gemma 3's sliding layers (rope_local_base_freq)
+# Sliding windows when the key is absent (an explicit null means none). Qwen2/3 use theirs only
+# with use_sliding_window; Llama has none.
+_DEFAULT_SLIDING_WINDOW = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma2": 4096, "gemma3_text": 4096}
+_DEFAULT_SOFTCAPS = {"gemma2": (50.0, 30.0), "gemma3_text": (None, None)}  # (attention, final)
+_GEMMA3_SLIDING_PATTERN = 6  # every 6th layer is global
+_QWEN_MAX_WINDOW_LAYERS = 28  # layers from this index on slide, when Qwen's window is on
+_LAYER_TYPES = ("full_attention", "sliding_attention")
+_GEMMA_ACTIVATIONS = ("gelu_pytorch_tanh",)
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -54,7 +70,7 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
     """The ModelSpec described by a parsed config.json mapping."""
     reader = _Reader(raw, source)
     model_type = _family(reader)
-    _reject_unsupported_features(reader)
+    _reject_unsupported_features(reader, model_type)
 
     num_q_heads = reader.positive_int("num_attention_heads")
     hidden_size = reader.positive_int("hidden_size")
@@ -65,7 +81,7 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
             f"num_attention_heads ({num_q_heads}) is not divisible by num_key_value_heads ({num_kv_heads})",
             source=source, where="num_key_value_heads", expected=f"a divisor of {num_q_heads}", found=num_kv_heads,
         )
-    head_dim = reader.positive_int("head_dim", default=None)
+    head_dim = reader.positive_int("head_dim", default=_DEFAULT_HEAD_DIM.get(model_type))
     if head_dim is None:
         if hidden_size % num_q_heads:
             raise ConfigError(
@@ -74,24 +90,39 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
             )
         head_dim = hidden_size // num_q_heads
 
-    rope_theta, rope_scaling = _rope(reader)
+    num_layers = reader.positive_int("num_hidden_layers")
+    rope_theta, rope_scaling, rope_local_theta = _rope(reader, model_type)
+    sliding_window, sliding_layers = _sliding_layers(reader, model_type, num_layers)
+    gemma = model_type in _GEMMA
+    attn_softcap, final_softcap = _DEFAULT_SOFTCAPS.get(model_type, (None, None))
     spec = ModelSpec(
         name=name,
-        num_layers=reader.positive_int("num_hidden_layers"),
+        num_layers=num_layers,
         hidden_size=hidden_size,
         num_q_heads=num_q_heads,
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
         intermediate_size=reader.positive_int("intermediate_size"),
         vocab_size=reader.positive_int("vocab_size"),
-        tie_word_embeddings=reader.boolean("tie_word_embeddings", default=False),
+        tie_word_embeddings=reader.boolean("tie_word_embeddings", default=gemma),
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
         max_position_embeddings=reader.positive_int(
             "max_position_embeddings", default=_DEFAULT_MAX_POSITIONS[model_type]),
-        rms_norm_eps=reader.positive_float("rms_norm_eps", default=_DEFAULT_RMS_NORM_EPS),
+        rms_norm_eps=reader.positive_float("rms_norm_eps", default=_DEFAULT_RMS_NORM_EPS.get(model_type, 1e-6)),
         # Qwen2 hard-codes a q/k/v bias and its config.json does not say so.
         attention_bias=reader.boolean("attention_bias", default=model_type == "qwen2"),
+        hidden_act=_activation(reader, model_type),
+        qk_norm=model_type in ("qwen3", "gemma3_text"),
+        norm_weight_offset=1.0 if gemma else 0.0,
+        sandwich_norms=gemma,
+        embedding_scale=hidden_size**0.5 if gemma else 1.0,
+        query_pre_attn_scalar=reader.positive_float("query_pre_attn_scalar", default=256.0) if gemma else None,
+        attn_logit_softcapping=_optional_positive(reader, "attn_logit_softcapping", attn_softcap) if gemma else None,
+        final_logit_softcapping=_optional_positive(reader, "final_logit_softcapping", final_softcap) if gemma else None,
+        sliding_window=sliding_window,
+        sliding_layers=sliding_layers,
+        rope_local_theta=rope_local_theta,
     )
     context_length(spec, source=source)  # a bad rope_scaling factor is this file's error, said now
     return spec
@@ -107,7 +138,7 @@ def context_length(model: ModelSpec, *, source: str | None = None) -> int:
 
     That is max_position_embeddings, stretched by rope_scaling's `factor` for the RoPE types that
     reach past it (linear, dynamic, yarn; yarn counts from original_max_position_embeddings);
-    llama3 and longrope configs already give the extended length. A sliding window (Mistral)
+    llama3 and longrope configs (and Gemma 3's) already give the extended length. A sliding window (Mistral)
     does not shorten it: vLLM serves the full length unless the window is disabled. The other
     length keys vLLM reads (n_positions, seq_length, model_max_length, ...) belong to families
     this loader does not accept.
@@ -117,7 +148,8 @@ def context_length(model: ModelSpec, *, source: str | None = None) -> int:
     if not scaling:
         return length
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    if rope_type in _ROPE_TYPES_ALREADY_EXTENDED:
+    if rope_type in _ROPE_TYPES_ALREADY_EXTENDED or model.rope_local_theta is not None:
+        # Gemma 3 (the family with a local RoPE base) states its scaled length too; vLLM skips it.
         return length
     where = f"model {model.name!r}: rope_scaling" if source is None else "rope_scaling"
     # The default type has no factor.
@@ -214,30 +246,123 @@ def _family(reader: _Reader) -> str:
     return model_type
 
 
-def _reject_unsupported_features(reader: _Reader) -> None:
-    # ModelSpec describes a SwiGLU MLP without bias; anything else would be priced and run wrongly.
-    act = reader.get("hidden_act", "silu")
-    if act != "silu":
-        raise ConfigError("unsupported hidden_act", source=reader.source, where="hidden_act",
-                          expected="'silu'", found=act)
+def _reject_unsupported_features(reader: _Reader, model_type: str) -> None:
+    # ModelSpec describes a gated MLP without bias and a causal decoder; anything else would be
+    # priced and run wrongly.
     if reader.boolean("mlp_bias", default=False):
         raise ConfigError("mlp_bias is not supported", source=reader.source, where="mlp_bias",
                           expected="false", found=True)
+    if model_type in _GEMMA:
+        if reader.boolean("use_bidirectional_attention", default=False):
+            raise ConfigError("bidirectional attention is not supported (a causal decoder is)", source=reader.source,
+                              where="use_bidirectional_attention", expected="false or null", found=True)
+        if reader.boolean("attention_bias", default=False):
+            # Gemma would put it on o_proj too, which ModelSpec does not describe.
+            raise ConfigError("attention_bias is not supported for Gemma", source=reader.source,
+                              where="attention_bias", expected="false", found=True)
+    if model_type == "phi3":
+        params = reader.mapping("rope_parameters") or {}
+        in_params = reader.raw.get("partial_rotary_factor") is None
+        factor = params.get("partial_rotary_factor", 1.0) if in_params else reader.raw["partial_rotary_factor"]
+        if factor != 1.0:
+            where = "rope_parameters.partial_rotary_factor" if in_params else "partial_rotary_factor"
+            raise ConfigError("partial rotary embeddings are not supported", source=reader.source, where=where,
+                              expected="1.0", found=factor)
 
 
-def _rope(reader: _Reader) -> tuple[float, dict[str, Any] | None]:
-    """(rope_theta, rope_scaling) from either spelling; rope_scaling is None for plain RoPE."""
-    params = reader.mapping("rope_parameters")
-    if reader.raw.get("rope_theta") is not None or params is None or params.get("rope_theta") is None:
-        theta = reader.positive_float("rope_theta", default=_DEFAULT_ROPE_THETA)
+def _activation(reader: _Reader, model_type: str) -> str:
+    """The MLP activation: SiLU, or Gemma's tanh-approximated GELU (its own key, hidden_activation)."""
+    if model_type in _GEMMA:
+        key = "hidden_activation" if reader.raw.get("hidden_activation") is not None else "hidden_act"
+        act = reader.get(key, "gelu_pytorch_tanh")
+        expected = _GEMMA_ACTIVATIONS
     else:
-        theta = _positive_number(params["rope_theta"], source=reader.source, where="rope_parameters.rope_theta")
+        key, act, expected = "hidden_act", reader.get("hidden_act", "silu"), ("silu",)
+    if act not in expected:
+        raise ConfigError(f"unsupported {key}", source=reader.source, where=key,
+                          expected=" or ".join(repr(a) for a in expected), found=act)
+    return act
+
+
+def _optional_positive(reader: _Reader, key: str, default: float | None) -> float | None:
+    """A positive number; `default` when the key is absent, None when it is an explicit null."""
+    if key not in reader.raw:
+        return default
+    if reader.raw[key] is None:
+        return None
+    return reader.positive_float(key)
+
+
+def _sliding_layers(reader: _Reader, model_type: str, num_layers: int) -> tuple[int | None, tuple[int, ...]]:
+    """(sliding_window, indices of the layers that use it), as each family's modeling code decides."""
+    if model_type == "llama":
+        return None, ()
+    if model_type in ("qwen2", "qwen3") and not reader.boolean("use_sliding_window", default=False):
+        return None, ()  # Qwen's sliding_window key is inert unless use_sliding_window is true
+    if "sliding_window" in reader.raw and reader.raw["sliding_window"] is None:
+        return None, ()
+    window = reader.positive_int("sliding_window", default=_DEFAULT_SLIDING_WINDOW.get(model_type))
+    if window is None:
+        return None, ()
+    if model_type in ("mistral", "phi3"):
+        return window, tuple(range(num_layers))  # one window for every layer; layer_types unused
+    types = reader.get("layer_types", None)
+    if types is None:
+        if model_type == "gemma2":
+            sliding = [i for i in range(num_layers) if (i + 1) % 2]
+        elif model_type == "gemma3_text":
+            pattern = reader.positive_int("sliding_window_pattern", default=_GEMMA3_SLIDING_PATTERN)
+            sliding = [i for i in range(num_layers) if (i + 1) % pattern]
+        else:
+            first = reader.get("max_window_layers", _QWEN_MAX_WINDOW_LAYERS)
+            if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+                raise ConfigError("invalid value", source=reader.source, where="max_window_layers",
+                                  expected="a non-negative integer", found=first)
+            sliding = list(range(first, num_layers))
+        return window, tuple(sliding)
+    if not isinstance(types, list) or len(types) != num_layers or any(t not in _LAYER_TYPES for t in types):
+        raise ConfigError("invalid value", source=reader.source, where="layer_types",
+                          expected=f"a list of {num_layers} entries, each one of {list(_LAYER_TYPES)}",
+                          found=types)
+    return window, tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+
+
+def _rope(reader: _Reader, model_type: str) -> tuple[float, dict[str, Any] | None, float | None]:
+    """(rope_theta, rope_scaling, local theta) from either spelling; rope_scaling is None for plain RoPE.
+
+    The local theta is Gemma 3's base for its sliding layers (None elsewhere); rope_theta and
+    rope_scaling then belong to its full-attention layers.
+    """
+    params = reader.mapping("rope_parameters")
+    where = "rope_parameters"
+    local_theta = None
+    if model_type == "gemma3_text":
+        local_theta = reader.positive_float("rope_local_base_freq", default=_DEFAULT_LOCAL_ROPE_THETA)
+        if params is not None and ("full_attention" in params or "sliding_attention" in params):
+            # transformers 5: one mapping per layer type.
+            local = params.get("sliding_attention") or {}
+            if local.get("rope_type", "default") != "default":
+                raise ConfigError("scaled RoPE on sliding layers is not supported", source=reader.source,
+                                  where="rope_parameters.sliding_attention.rope_type", expected="'default'",
+                                  found=local.get("rope_type"))
+            if local.get("rope_theta") is not None:
+                local_theta = _positive_number(local["rope_theta"], source=reader.source,
+                                               where="rope_parameters.sliding_attention.rope_theta")
+            params, where = params.get("full_attention"), "rope_parameters.full_attention"
+            if params is not None and not isinstance(params, dict):
+                raise ConfigError("invalid value", source=reader.source, where=where,
+                                  expected="an object or null", found=params)
+    default_theta = _DEFAULT_ROPE_THETA.get(model_type, 10000.0)
+    if reader.raw.get("rope_theta") is not None or params is None or params.get("rope_theta") is None:
+        theta = reader.positive_float("rope_theta", default=default_theta)
+    else:
+        theta = _positive_number(params["rope_theta"], source=reader.source, where=f"{where}.rope_theta")
     scaling = reader.mapping("rope_scaling")
     if scaling is None and params is not None:
-        rest = {k: v for k, v in params.items() if k != "rope_theta"}
+        rest = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
         if rest.get("rope_type", "default") != "default":
             scaling = rest
-    return theta, scaling
+    return theta, scaling, local_theta
 
 
 def _default_name(raw: dict[str, Any], path: Path) -> str:

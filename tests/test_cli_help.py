@@ -30,6 +30,6 @@ def test_every_option_has_help_and_no_empty_default(command):
 
 def test_useful_defaults_are_still_shown():
     _, text = _help("capacity")
-    assert "(default: 0.25)" in text and "(default: local)" in text
+    assert "default 0.25" in text and "(default: local)" in text
     _, text = _help("run")
     assert text.count("(default: results/<experiment name>)") == 1

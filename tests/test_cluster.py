@@ -276,3 +276,31 @@ def test_disaggregated_closed_loop_and_horizon_match_stepping():
     runs = [tables(disaggregated_run(requests, "chunked_prefill", {"chunk_size": 16}, fast=fast, clients=clients,
                                      horizon=0.4)) for fast in (False, True)]
     assert_tables_equal(*runs)
+
+
+def test_a_cluster_runs_the_real_engine(tmp_path):
+    """Replicas of the torch cost model (each its own tiny model; their steps run one after
+    another on the CPU): the run completes, with the same tokens a request gets alone."""
+    pytest.importorskip("torch")
+    import yaml
+
+    from experiments.config import load_experiment
+    from experiments.runner import run_experiment
+
+    exp = {"name": "torch-cluster", "seed": 0, "model": "tiny-llama", "hardware": "cpu",
+           "kv_cache": {"block_size": 16, "num_blocks": 40},
+           "workload": {"num_requests": 8, "arrivals": {"kind": "poisson", "rate": 400.0},
+                        "prompt_len": {"kind": "uniform", "low": 8, "high": 60},
+                        "output_len": {"kind": "uniform", "low": 2, "high": 12}},
+           "cost_model": {"name": "torch", "device": "cpu", "record_tokens": True, "warmup_rounds": 0},
+           "policies": [{"name": "chunked_prefill", "chunk_size": 32, "max_num_batched_tokens": 64}],
+           "output": {"plots": False}}
+    frames = []
+    for cluster in (None, {"replicas": 2, "router": {"name": "least_outstanding"}}):
+        path = tmp_path / "exp.yaml"
+        path.write_text(yaml.safe_dump({**exp, **({"cluster": cluster} if cluster else {})}))
+        run = run_experiment(load_experiment(path), source=path)
+        frames.append(run.runs[0].requests.set_index("request_id"))
+    alone, clustered = frames
+    assert (clustered["status"] == "finished").all() and sorted(clustered["replica"].unique()) == [0, 1]
+    assert alone["output_token_ids"].map(list).equals(clustered["output_token_ids"].map(list))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from simcore.errors import ConfigError
-from simcore.hf_config import load_hf_config, model_from_hf_dict
+from simcore.hf_config import context_length, load_hf_config, model_from_hf_dict
 from simcore.presets import get_model
 
 
@@ -28,6 +28,9 @@ def _as_config_json(name: str) -> dict:
         raw["head_dim"] = m.head_dim
     if arch == "LlamaForCausalLM":
         raw["attention_bias"] = m.attention_bias
+    if arch == "MistralForCausalLM":
+        # The preset has no window; absent, transformers' MistralConfig would default to 4096.
+        raw["sliding_window"] = None
     return raw
 
 
@@ -152,3 +155,71 @@ def test_layers_modelspec_cannot_describe_are_rejected(key, value):
 def test_folder_without_config_json(tmp_path):
     with pytest.raises(ConfigError, match="no such model config file"):
         load_hf_config(tmp_path)
+
+
+def _tiny(arch: str, **extra) -> dict:
+    return {"architectures": [arch], "num_hidden_layers": 12, "hidden_size": 64, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 128, **extra}
+
+
+def test_gemma2_defaults_follow_transformers():
+    m = model_from_hf_dict(_tiny("Gemma2ForCausalLM"))
+    assert m.sliding_window == 4096 and m.sliding_layers == tuple(range(0, 12, 2))  # every other, from layer 0
+    assert (m.attn_logit_softcapping, m.final_logit_softcapping, m.query_pre_attn_scalar) == (50.0, 30.0, 256.0)
+    assert m.head_dim == 256 and m.tie_word_embeddings and m.sandwich_norms and m.norm_weight_offset == 1.0
+    assert m.hidden_act == "gelu_pytorch_tanh" and m.embedding_scale == 8.0 and m.attention_scale == 256**-0.5
+    capped = model_from_hf_dict(_tiny("Gemma2ForCausalLM", final_logit_softcapping=None, sliding_window=16))
+    assert capped.final_logit_softcapping is None and capped.sliding_window == 16
+
+
+def test_gemma3_pattern_and_local_rope_in_both_spellings():
+    old = model_from_hf_dict(_tiny("Gemma3ForCausalLM", rope_local_base_freq=20000.0,
+                                   rope_scaling={"rope_type": "linear", "factor": 8.0}))
+    assert old.sliding_layers == (0, 1, 2, 3, 4, 6, 7, 8, 9, 10)  # layers 5 and 11 are global
+    assert (old.rope_theta, old.rope_local_theta, old.rope_scaling["factor"]) == (1e6, 20000.0, 8.0)
+    assert old.qk_norm and old.final_logit_softcapping is None
+    assert context_length(old) == 131072  # already scaled, as vLLM reads Gemma 3
+    new = model_from_hf_dict(_tiny("Gemma3ForCausalLM", rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 20000.0}}))
+    assert (new.rope_theta, new.rope_local_theta, new.rope_scaling) == (1e6, 20000.0, {"rope_type": "linear",
+                                                                                      "factor": 8.0})
+
+
+def test_qwen3_mistral_and_phi3_windows():
+    qwen3 = model_from_hf_dict(_tiny("Qwen3ForCausalLM", sliding_window=64))
+    assert qwen3.qk_norm and qwen3.head_dim == 128 and qwen3.num_sliding_layers == 0  # use_sliding_window off
+    qwen3 = model_from_hf_dict(_tiny("Qwen3ForCausalLM", head_dim=16, use_sliding_window=True, sliding_window=64,
+                                     max_window_layers=10))
+    assert qwen3.sliding_layers == (10, 11) and qwen3.sliding_window == 64
+    assert model_from_hf_dict(_tiny("MistralForCausalLM")).num_sliding_layers == 12  # absent: 4096
+    assert model_from_hf_dict(_tiny("MistralForCausalLM", sliding_window=None)).sliding_window is None
+    phi3 = model_from_hf_dict(_tiny("Phi3ForCausalLM", sliding_window=2047))
+    assert phi3.sliding_window == 2047 and phi3.num_sliding_layers == 12 and phi3.rms_norm_eps == 1e-5
+    assert model_from_hf_dict(_tiny("Phi3ForCausalLM")).sliding_window is None
+    layer_types = ["full_attention"] * 11 + ["sliding_attention"]
+    given = model_from_hf_dict(_tiny("Qwen3ForCausalLM", use_sliding_window=True, layer_types=layer_types))
+    assert given.sliding_layers == (11,)
+
+
+def test_sliding_layers_cap_the_kv_a_request_needs():
+    m = model_from_hf_dict(_tiny("Gemma2ForCausalLM", head_dim=16, sliding_window=8))
+    per_position = 2 * 2 * 16 * 2  # K and V x H_KV x d x bf16, per layer
+    assert m.kv_bytes_needed(5) == 12 * 5 * per_position  # inside the window: every layer
+    assert m.kv_bytes_needed(100) == (6 * 100 + 6 * 8) * per_position
+    assert m.kv_bytes_per_token(2) == 12 * per_position  # what a pool keeping every layer allocates
+    llama = get_model("llama-3.1-8b")
+    assert llama.kv_bytes_needed(1000) == 1000 * llama.kv_bytes_per_token(2)
+
+
+@pytest.mark.parametrize(("arch", "key", "value"), [
+    ("Gemma2ForCausalLM", "hidden_activation", "relu"),
+    ("Gemma2ForCausalLM", "use_bidirectional_attention", True),
+    ("Gemma3ForCausalLM", "attention_bias", True),
+    ("Phi3ForCausalLM", "partial_rotary_factor", 0.5),
+    ("Qwen3ForCausalLM", "layer_types", ["full_attention"]),
+    ("Qwen3ForCausalLM", "hidden_act", "gelu"),
+])
+def test_family_features_modelspec_cannot_describe_are_rejected(arch, key, value):
+    with pytest.raises(ConfigError, match=key):
+        model_from_hf_dict(_tiny(arch, use_sliding_window=True, **{key: value}))

@@ -31,19 +31,20 @@ def test_stepwise_takes_every_step_alone():
     from experiments import runner
 
     seen = []
-    original = runner.simulate
+    original = runner.simulate_cluster
 
-    def spy(*args, **kwargs):
-        result = original(*args, **kwargs)
-        seen.append((kwargs.get("accelerator") is None, result.num_events, len(result.steps)))
+    def spy(requests, replicas, **kwargs):
+        result = original(requests, replicas, **kwargs)
+        seen.extend((replica.accelerator is None, run.num_events, len(run.steps))
+                    for replica, run in zip(replicas, result.replicas))
         return result
 
-    runner.simulate = spy
+    runner.simulate_cluster = spy
     try:
         invariant_cost.run_once(invariant_cost.QUICKSTART, ["workload.num_requests=12"], "stepwise")
         stepwise, seen[:] = list(seen), []
         invariant_cost.run_once(invariant_cost.QUICKSTART, ["workload.num_requests=12"], "plain")
     finally:
-        runner.simulate = original
+        runner.simulate_cluster = original
     assert all(no_accelerator and events == steps for no_accelerator, events, steps in stepwise)
     assert any(events < steps for _, events, steps in seen)

@@ -68,6 +68,26 @@ def test_cli_model_from_config_json(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["kv_bytes"] == 1280  # the 21.6 example's geometry
 
 
+def test_cli_caps_sliding_window_layers(tmp_path, capsys):
+    # Gemma 2: every other layer slides over 4 positions; 2 layers x 2 KV heads x 8 wide x 2 bytes.
+    raw = {"architectures": ["Gemma2ForCausalLM"], "num_hidden_layers": 4, "hidden_size": 32, "head_dim": 8,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64, "vocab_size": 100,
+           "sliding_window": 4}
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    per_layer = 2 * 2 * 8 * 2
+    assert _run(["--model", str(tmp_path), "--tokens", "3", "--json"]) == 0
+    short = json.loads(capsys.readouterr().out)
+    assert short["kv_bytes"] == short["kv_bytes_allocated"] == 4 * 3 * per_layer  # inside the window
+    assert _run(["--model", str(tmp_path), "--tokens", "10", "--batch", "2", "--json"]) == 0
+    long = json.loads(capsys.readouterr().out)
+    assert long["kv_bytes"] == 2 * (2 * 10 + 2 * 4) * per_layer
+    assert long["kv_bytes_allocated"] == 2 * 4 * 10 * per_layer
+    assert (long["bytes_per_token"], long["bytes_per_token_past_window"]) == (4 * per_layer, 2 * per_layer)
+    assert (long["sliding_window"], long["sliding_layers"]) == (4, 2)
+    assert _run(["--model", str(tmp_path), "--tokens", "10"]) == 0
+    assert "allocates" in capsys.readouterr().out.splitlines()[-1]
+
+
 def test_cli_rejects_mixed_or_missing_geometry():
     with pytest.raises(ConfigError, match="drop --layers"):
         _run(["--model", "llama-3.1-8b", "--layers", "4", "--tokens", "8"])

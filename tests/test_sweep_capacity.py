@@ -68,3 +68,23 @@ def test_search_reports_when_high_is_not_high_enough(tmp_path: Path, capsys):
     assert "raise --high" in capsys.readouterr().out
     result = json.loads((tmp_path / "cap" / "capacity.json").read_text())
     assert {s["status"] for s in result["series"]} == {"at-high"}
+
+
+def test_search_over_closed_loop_concurrency(tmp_path: Path, capsys):
+    """With closed-loop clients the search varies their number: whole numbers, one apart at the end."""
+    data = dict(TINY, sweep=None, workload=dict(TINY["workload"], num_requests=30), clients={"concurrency": 4})
+    source = write_yaml(tmp_path, data)
+    out = tmp_path / "cap"
+    assert main(["capacity", str(source), "--slo", "ttft_p90_ms=40", "--high", "64", "--out", str(out),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "concurrency" in printed and "(clients)" in printed and "req/s" not in printed
+    result = json.loads((out / "capacity.json").read_text())
+    assert result["param"] == "clients.concurrency" and (result["low"], result["high"]) == (1, 64)
+    for series in result["series"]:
+        assert all(p["rate"] == int(p["rate"]) for p in series["probes"])
+        if series["status"] == "ok":
+            assert series["first_failing_rate"] - series["max_rate"] == 1
+    assert main(["capacity", str(source), "--slo", "ttft_p90_ms=40", "--low", "0.5", "--out", str(out),
+                 "--quiet"]) == 2
+    assert "a whole number of clients" in capsys.readouterr().err

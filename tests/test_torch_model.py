@@ -134,3 +134,17 @@ def test_checkpoint_missing_tensors_is_refused(tmp_path):
     save_file(state, str(tmp_path / "model.safetensors"))
     with pytest.raises(ServesimError, match="does not fill"):
         build_engine(tiny_spec(), device=CPU, dtype=torch.float32, num_blocks=4, block_size=4, weights=tmp_path)
+
+
+def test_sliced_projection_equals_one_linear():
+    # Small batches on the CPU run wide projections in slices of output features (a speed choice).
+    from torch.nn import functional as F
+
+    from backends.torch.model import CPU_OUTPUT_SLICE, project
+
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(2 * CPU_OUTPUT_SLICE + 37, 48, generator=gen)
+    bias = torch.randn(weight.shape[0], generator=gen)
+    x = torch.randn(5, 48, generator=gen)
+    torch.testing.assert_close(project(x, weight), F.linear(x, weight), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(project(x, weight, bias), F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)

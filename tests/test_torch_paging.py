@@ -218,3 +218,20 @@ def test_flex_padded_layout_matches_portable():
         backend.begin_step(meta)
         outs.append(backend(q, k, v, meta, 0.25))
     torch.testing.assert_close(outs[0], outs[1], **TIGHT)
+
+
+def test_one_step_of_several_pieces_and_decodes_matches_each_alone():
+    # Step 2 holds a decode, a chunk with context (A's second chunk) and a whole prompt (C):
+    # the pieces share one padded attention call per layer and must not see one another.
+    prompt_a, prompt_b, prompt_c = prompt_of(22, 1), prompt_of(13, 40), prompt_of(9, 70)
+    alone = {rid: run_alone(p, 1, rid=rid)[0] for rid, p in ((1, prompt_a), (2, prompt_b), (3, prompt_c))}
+    engine = engine_for(SPEC, num_blocks=32)
+    engine.keep_logits = "selected"
+    table_a, table_b, table_c = [20, 3, 9, 14, 1, 30], [7, 11, 2, 25], [5, 17, 28]
+    engine.execute(step(seq(1, 10, 0, prompt_a, table_a, selects=False), seq(2, 13, 0, prompt_b, table_b)))
+    torch.testing.assert_close(engine.last_logits[2], alone[2][0], **TIGHT)
+    engine.execute(step(seq(3, 9, 0, prompt_c, table_c), seq(2, 1, 13, prompt_b, table_b),
+                        seq(1, 12, 10, prompt_a, table_a)))
+    torch.testing.assert_close(engine.last_logits[1], alone[1][0], **TIGHT)
+    torch.testing.assert_close(engine.last_logits[2], alone[2][1], **TIGHT)
+    torch.testing.assert_close(engine.last_logits[3], alone[3][0], **TIGHT)

@@ -4,22 +4,27 @@ Rows are ordered single-query rows first (decodes, and prompt chunks of one toke
 multi-token pieces (prefill chunks). Single-query rows go to a decode backend that reads the
 pool through block tables: `portable` (gather + SDPA, runs anywhere), `triton` (paged
 flash-decoding kernel reading blocks in place) or `flex` (FlexAttention with a paged block mask).
-Multi-token pieces are compute bound and use SDPA over their gathered context (or over the fresh
-K/V alone when the piece starts at position 0), on every device.
+Multi-token pieces, however many, go through one padded-batch SDPA call per layer: each piece's
+queries are a row of a [pieces, max new tokens] batch, its keys (context and itself, read back
+from the pool) a row of [pieces, max end], and a per-piece causal mask hides what it may not
+see. So a layer makes at most two attention calls (decodes, then pieces) instead of one per piece.
+
+Sliding-window layers add `key > query - window` to every mask; soft-capped layers (Gemma 2)
+compute the scores explicitly, since SDPA cannot cap them. The masks are built once per step and
+shared by all layers.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import math
 from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional as F
-from torch.nn.attention.bias import causal_lower_right
 
 from backends.torch.kv_pool import KVPool
 from simcore.errors import ConfigError
+from simcore.model import ModelSpec
 
 ATTENTION_CHOICES = ("auto", "portable", "triton", "flex")
 
@@ -31,8 +36,23 @@ class PrefillPiece:
     start: int
     num_tokens: int
     context_len: int
-    # Flat slot ids of positions 0 .. context_len+num_tokens-1 (device), when context_len > 0.
-    kv_slots: torch.Tensor | None = None
+
+
+@dataclass
+class PrefillBatch:
+    """Every multi-token piece of a step as one padded batch (device tensors)."""
+
+    # [P, Lq] row of the step's flat batch each padded query reads (padding repeats a piece's last row).
+    query_rows: torch.Tensor
+    # [P, Lq] position of each padded query (padding repeats the last, so no mask row is empty).
+    query_positions: torch.Tensor
+    # [P, Lk] pool slot of key position j of each piece (padding: slot of position 0, masked).
+    key_slots: torch.Tensor
+    # [rows of the pieces] index into the flattened [P * Lq] output of each real query, in row order.
+    output_index: torch.Tensor
+    # Every piece starts at position 0 and has Lq tokens (a batch of whole, equal prompts): the
+    # rows are already a [P, Lq] batch and plain causal attention over the fresh K/V is exact.
+    fresh_and_equal: bool = False
 
 
 @dataclass
@@ -50,20 +70,31 @@ class AttentionMetadata:
     # Host-side max of decode_seq_lens, so no device sync is needed to size work.
     decode_max_len: int = 0
     prefills: list[PrefillPiece] = field(default_factory=list)
+    prefill_batch: PrefillBatch | None = None
     # Per-step state a decode backend computes once for all layers (block masks, split counts).
     backend_state: object = None
 
 
-def resolve_backend(name: str, device: torch.device, *, source: object = None, max_blocks_per_seq: int | None = None):
-    """The decode backend for `name` on `device` ('auto': triton on CUDA when importable)."""
+def resolve_backend(name: str, device: torch.device, *, source: object = None, max_blocks_per_seq: int | None = None,
+                    spec: ModelSpec | None = None):
+    """The decode backend for `name` on `device` ('auto': triton on CUDA when importable).
+
+    Sliding windows and soft-capping are implemented by the portable backend only; 'auto' picks
+    it for models that need them, and naming another backend for such a model is an error.
+    """
     if name not in ATTENTION_CHOICES:
         raise ConfigError("unknown attention backend", source=source, where="cost_model.attention",
                           expected=f"one of {list(ATTENTION_CHOICES)}", found=name, choices=ATTENTION_CHOICES)
+    needs_portable = spec is not None and (spec.num_sliding_layers > 0 or spec.attn_logit_softcapping is not None)
     has_triton = importlib.util.find_spec("triton") is not None
     if name == "auto":
-        name = "triton" if device.type == "cuda" and has_triton else "portable"
+        name = "triton" if device.type == "cuda" and has_triton and not needs_portable else "portable"
     if name == "portable":
         return PortableDecode()
+    if needs_portable:
+        raise ConfigError(f"model {spec.name!r} uses sliding-window attention or attention soft-capping, "
+                          f"which attention {name!r} does not implement", source=source,
+                          where="cost_model.attention", expected="'portable' or 'auto'", found=name)
     if name == "flex":
         from backends.torch.flex_decode import FlexDecode
 
@@ -79,28 +110,72 @@ def resolve_backend(name: str, device: torch.device, *, source: object = None, m
     return TritonDecode()
 
 
+@dataclass
+class _PortableState:
+    # window (None: full attention) -> [B, 1, 1, width * block_size]: the keys each row may read.
+    masks: dict[int | None, torch.Tensor]
+
+
 class PortableDecode:
-    """Gather each row's keys through its block table into a padded batch, then masked SDPA."""
+    """Gather each row's blocks into a padded batch, then masked SDPA.
+
+    Whole blocks are gathered with index_select (contiguous copies, several times faster than
+    indexing slot by slot); positions past a row's length are masked. The masks are computed at
+    the first layer and reused by the rest. Query heads are folded onto their KV head
+    ([B, H_KV, group, d]), so grouped-query attention needs neither repeated K/V nor SDPA's GQA path.
+    """
 
     name = "portable"
 
     def begin_step(self, meta: AttentionMetadata) -> None:
-        positions = torch.arange(meta.decode_max_len, device=meta.slot_mapping.device)
-        meta.backend_state = (positions, positions[None, :] < meta.decode_seq_lens[:, None])
+        meta.backend_state = None  # built at the first layer, where the block size is known
+
+    def _mask(self, meta: AttentionMetadata, block_size: int, window: int | None) -> torch.Tensor:
+        if meta.backend_state is None:
+            tables, lens = meta.decode_block_tables, meta.decode_seq_lens
+            positions = torch.arange(tables.shape[1] * block_size, device=tables.device)
+            meta.backend_state = _PortableState({None: (positions[None, :] < lens[:, None])[:, None, None, :]})
+        masks = meta.backend_state.masks
+        if window not in masks:
+            positions = torch.arange(masks[None].shape[-1], device=masks[None].device)
+            # A row's query sits at position seq_len - 1; the window keeps the keys above it - window.
+            recent = positions[None, :] >= (meta.decode_seq_lens - window)[:, None]
+            masks[window] = masks[None] & recent[:, None, None, :]
+        return masks[window]
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        positions, valid = meta.backend_state
-        block_size = k_cache.shape[1]
+                 meta: AttentionMetadata, scale: float, window: int | None = None,
+                 softcap: float | None = None) -> torch.Tensor:
+        num_blocks, block_size, num_kv_heads, head_dim = k_cache.shape
+        mask = self._mask(meta, block_size, window)
         tables = meta.decode_block_tables
-        blocks = tables.gather(1, (positions // block_size).expand(tables.shape[0], -1))
-        slots = blocks * block_size + positions % block_size  # [B, L]
-        keys = flat(k_cache)[slots].transpose(1, 2)  # [B, H_KV, L, d]
-        values = flat(v_cache)[slots].transpose(1, 2)
-        out = F.scaled_dot_product_attention(
-            q[:, :, None, :], keys, values, attn_mask=valid[:, None, None, :], scale=scale, enable_gqa=True
-        )
-        return out[:, :, 0, :]
+        rows, num_q_heads = q.shape[0], q.shape[1]
+        shape = (rows, tables.shape[1] * block_size, num_kv_heads, head_dim)
+        keys = k_cache.index_select(0, tables.view(-1)).view(shape).transpose(1, 2)  # [B, H_KV, L, d]
+        values = v_cache.index_select(0, tables.view(-1)).view(shape).transpose(1, 2)
+        folded = q.view(rows, num_kv_heads, num_q_heads // num_kv_heads, head_dim)
+        out = masked_attention(folded, keys, values, mask, scale, softcap)
+        return out.reshape(rows, num_q_heads, head_dim)
+
+
+def masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float,
+                     softcap: float | None = None) -> torch.Tensor:
+    """SDPA of q [B, H, Lq, d] over keys/values [B, H_KV, Lk, d] (H a multiple of H_KV) under a bool mask.
+
+    With `softcap` the scores are capped (cap * tanh(s / cap)) before the mask, as Gemma 2 does;
+    SDPA has no such hook, so that path computes the scores explicitly.
+    """
+    groups = q.shape[1] // keys.shape[1]
+    if softcap is None:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=groups > 1)
+    b, h, lq, d = q.shape
+    # Fold query heads onto their KV head so one matmul serves the group without repeating K/V.
+    folded = q.reshape(b, keys.shape[1], groups * lq, d)
+    scores = torch.matmul(folded, keys.transpose(-1, -2)) * scale
+    scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.view(b, keys.shape[1], groups, lq, -1).masked_fill(~mask[:, :, None], float("-inf"))
+    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype).view(b, keys.shape[1], groups * lq, -1)
+    return torch.matmul(probs, values).view(b, h, lq, d)
 
 
 def flat(cache: torch.Tensor) -> torch.Tensor:
@@ -108,30 +183,17 @@ def flat(cache: torch.Tensor) -> torch.Tensor:
     return cache.view(-1, cache.shape[2], cache.shape[3])
 
 
-def prefill_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal attention of q [Lq, H_Q, d] over keys/values [Lk, H_KV, d], the queries being the last Lq positions."""
-    lq, lk = q.shape[0], keys.shape[0]
-    qt, kt, vt = q.transpose(0, 1)[None], keys.transpose(0, 1)[None], values.transpose(0, 1)[None]
-    if lq == lk:
-        out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale, enable_gqa=True)
-    else:
-        # Queries sit at the end of the context: lower-right aligned causal mask. Repeat K/V heads
-        # here because the fused kernels behind CausalBias do not all accept grouped heads.
-        groups = q.shape[1] // keys.shape[1]
-        if groups > 1:
-            kt, vt = kt.repeat_interleave(groups, dim=1), vt.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=causal_lower_right(lq, lk), scale=scale)
-    return out[0].transpose(0, 1)
-
-
 class StepAttention:
     """The `attend` callable the model calls per layer during one step."""
 
-    def __init__(self, pool: KVPool, meta: AttentionMetadata, decode_backend, head_dim: int) -> None:
-        self.pool, self.meta, self.decode = pool, meta, decode_backend
-        self.scale = 1.0 / math.sqrt(head_dim)
+    def __init__(self, pool: KVPool, meta: AttentionMetadata, decode_backend, spec: ModelSpec) -> None:
+        self.pool, self.meta, self.decode, self.spec = pool, meta, decode_backend, spec
+        self.scale = spec.attention_scale
+        self.softcap = spec.attn_logit_softcapping
         if meta.num_decode:
             decode_backend.begin_step(meta)
+        # Piece masks per window (None: full attention), built at first use.
+        self._piece_masks: dict[int | None, torch.Tensor] = {}
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         meta = self.meta
@@ -139,15 +201,53 @@ class StepAttention:
         # Store first: the queries below read their own keys from the pool like any other.
         flat(k_cache).index_copy_(0, meta.slot_mapping, k)
         flat(v_cache).index_copy_(0, meta.slot_mapping, v)
+        window = self.spec.sliding_window if self.spec.is_sliding(layer) else None
         nd = meta.num_decode
-        if not meta.prefills:
-            return self.decode(q, k_cache, v_cache, meta, self.scale)
-        pieces = [self.decode(q[:nd], k_cache, v_cache, meta, self.scale)] if nd else []
-        for piece in meta.prefills:
-            rows = slice(piece.start, piece.start + piece.num_tokens)
-            if piece.kv_slots is None:
-                keys, values = k[rows], v[rows]
+        plain = window is None and self.softcap is None  # what every decode backend implements
+        if nd:
+            decode_q = q if meta.prefill_batch is None else q[:nd]
+            if plain:
+                decoded = self.decode(decode_q, k_cache, v_cache, meta, self.scale)
             else:
-                keys, values = flat(k_cache)[piece.kv_slots], flat(v_cache)[piece.kv_slots]
-            pieces.append(prefill_attention(q[rows], keys, values, self.scale))
-        return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+                decoded = self.decode(decode_q, k_cache, v_cache, meta, self.scale, window, self.softcap)
+            if meta.prefill_batch is None:
+                return decoded
+        pieces = self._pieces(q, k, v, k_cache, v_cache, window)
+        return torch.cat([decoded, pieces]) if nd else pieces
+
+    def _pieces(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, window: int | None) -> torch.Tensor:
+        batch = self.meta.prefill_batch
+        (num_pieces, max_new), max_end = batch.query_rows.shape, batch.key_slots.shape[1]
+        if batch.fresh_and_equal and self.softcap is None and (window is None or window >= max_new):
+            # No gathers and no mask: SDPA's causal kernel skips the tiles above the diagonal.
+            first = self.meta.num_decode
+            queries = q[first:].view(num_pieces, max_new, *q.shape[1:]).transpose(1, 2)
+            keys = k[first:].view(num_pieces, max_new, *k.shape[1:]).transpose(1, 2)
+            values = v[first:].view(num_pieces, max_new, *k.shape[1:]).transpose(1, 2)
+            out = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=self.scale,
+                                                 enable_gqa=q.shape[1] != k.shape[1])
+            return out.transpose(1, 2).reshape(num_pieces * max_new, *q.shape[1:])
+        mask = self._piece_mask(window)
+        # index_select, not tensor indexing: it copies whole rows and is several times faster.
+        queries = q.index_select(0, batch.query_rows.view(-1)).view(num_pieces, max_new, *q.shape[1:])
+        key_shape = (num_pieces, max_end, k.shape[1], k.shape[2])
+        keys = flat(k_cache).index_select(0, batch.key_slots.view(-1)).view(key_shape)
+        values = flat(v_cache).index_select(0, batch.key_slots.view(-1)).view(key_shape)
+        out = masked_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), mask,
+                               self.scale, self.softcap)  # [P, H_Q, Lq, d]
+        out = out.transpose(1, 2).reshape(num_pieces * max_new, *q.shape[1:])
+        return out.index_select(0, batch.output_index)
+
+    def _piece_mask(self, window: int | None) -> torch.Tensor:
+        """[P, 1, Lq, Lk]: key j is visible to a query at position p when j <= p (and p - j < window)."""
+        mask = self._piece_masks.get(window)
+        if mask is None:
+            batch = self.meta.prefill_batch
+            query = batch.query_positions[:, None, :, None]
+            key = torch.arange(batch.key_slots.shape[1], device=query.device)[None, None, None, :]
+            mask = key <= query
+            if window is not None:
+                mask &= key > query - window
+            self._piece_masks[window] = mask
+        return mask

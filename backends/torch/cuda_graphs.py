@@ -52,7 +52,7 @@ class DecodeGraphs:
         )
         # A split count that suits long contexts; short rows leave their extra splits empty.
         splits = choose_splits(size, self.model.spec.num_kv_heads, MAX_SPLITS * 1024)
-        attend = StepAttention(self.pool, meta, TritonDecode(fixed_splits=splits), self.model.spec.head_dim)
+        attend = StepAttention(self.pool, meta, TritonDecode(fixed_splits=splits), self.model.spec)
         hidden = self.model(self.input_ids[:size], self.positions[:size], attend)
         return self.model.logits(hidden)
 

@@ -78,7 +78,7 @@ class PagedEngine:
     def _logits(self, batch: StepBatch) -> torch.Tensor | None:
         if self.graphs is not None and self.keep_logits is None and self.graphs.can_run(batch):
             return self.graphs.run(batch)
-        attend = StepAttention(self.pool, batch.meta, self.decode_backend, self.model.spec.head_dim)
+        attend = StepAttention(self.pool, batch.meta, self.decode_backend, self.model.spec)
         hidden = self.model(batch.input_ids, batch.positions, attend)
         if self.keep_logits == "all":
             self._keep_all(batch, self.model.logits(hidden))

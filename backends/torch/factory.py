@@ -24,6 +24,7 @@ from backends.base import CostContext
 from backends.torch.attention import resolve_backend
 from backends.torch.cost_model import TorchCostModel
 from backends.torch.engine import PagedEngine
+from backends.torch.host_memory import move_weights_to_huge_pages
 from backends.torch.kv_pool import KVPool
 from backends.torch.model import LlamaModel
 from backends.torch.sampling import SamplingParams
@@ -103,13 +104,15 @@ def build_engine(
 ) -> PagedEngine:
     """Model (random or loaded), KV pool and decode backend, wired into a PagedEngine."""
     max_blocks = min(num_blocks, -(-spec.max_position_embeddings // block_size))
-    backend = resolve_backend(attention, device, source=source, max_blocks_per_seq=max_blocks)
+    backend = resolve_backend(attention, device, source=source, max_blocks_per_seq=max_blocks, spec=spec)
     model = LlamaModel(spec, device=device, dtype=dtype)
     if weights is None:
         model.init_random(seed)
     else:
         load_checkpoint(model, weights)
     model.eval()
+    if device.type == "cpu":
+        move_weights_to_huge_pages(model)  # a CPU step streams every weight: fewer TLB misses
     pool = KVPool(num_layers=spec.num_layers, num_blocks=num_blocks, block_size=block_size,
                   num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim, dtype=dtype, device=device,
                   num_host_blocks=num_host_blocks)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from backends.torch.attention import AttentionMetadata, PrefillPiece
+from backends.torch.attention import AttentionMetadata, PrefillBatch, PrefillPiece
 from backends.torch.tokens import TokenStore
 from simcore.plan import ScheduledSeq, StepPlan
 
@@ -144,9 +144,8 @@ def build_batch(plan: StepPlan, store: TokenStore, tables: TableCache, *, num_bl
         ids_parts.append(store.input_ids(seq))
         pos_parts.append(pos)
         slot_parts.append(table[pos // bs] * bs + pos % bs)
-        if seq.context_len > 0:  # the piece reads its whole context through the table
-            everything = np.arange(seq.end_len, dtype=np.int64)
-            extra.append(table[everything // bs] * bs + everything % bs)
+    if multis:
+        extra += _prefill_arrays(multis, row_tables[nd:], nd, bs)
 
     select_rows, selecting, row = [], [], 0
     for seq in ordered:
@@ -162,9 +161,36 @@ def build_batch(plan: StepPlan, store: TokenStore, tables: TableCache, *, num_bl
     if nd:
         meta.decode_block_tables, meta.decode_seq_lens = next(rest), next(rest)
         meta.decode_max_len = max(s.end_len for s in singles)
-    start = nd
-    for seq in multis:
-        kv_slots = next(rest) if seq.context_len > 0 else None
-        meta.prefills.append(PrefillPiece(start, seq.num_new_tokens, seq.context_len, kv_slots))
-        start += seq.num_new_tokens
+    if multis:
+        fresh_and_equal = all(s.context_len == 0 and s.num_new_tokens == multis[0].num_new_tokens for s in multis)
+        meta.prefill_batch = PrefillBatch(*rest, fresh_and_equal=fresh_and_equal)
+        start = nd
+        for seq in multis:
+            meta.prefills.append(PrefillPiece(start, seq.num_new_tokens, seq.context_len))
+            start += seq.num_new_tokens
     return StepBatch(d_ids, d_pos, meta, d_select, selecting, int(ids.size), ordered)
+
+
+def _prefill_arrays(pieces: list[ScheduledSeq], tables: list[np.ndarray], first_row: int,
+                    block_size: int) -> list[np.ndarray]:
+    """PrefillBatch's arrays (query rows, query positions, key slots, output index) for the pieces.
+
+    Piece i is row i of a [pieces, max new tokens] query batch and of a [pieces, max end] key
+    batch; padding queries repeat the piece's last query, padding keys read position 0's slot
+    (the mask hides them either way).
+    """
+    num_new = np.fromiter((s.num_new_tokens for s in pieces), dtype=np.int64, count=len(pieces))
+    context = np.fromiter((s.context_len for s in pieces), dtype=np.int64, count=len(pieces))
+    starts = first_row + np.concatenate(([0], np.cumsum(num_new)[:-1]))
+    offsets = np.minimum(np.arange(num_new.max(), dtype=np.int64)[None, :], (num_new - 1)[:, None])
+    query_rows = starts[:, None] + offsets
+    query_positions = context[:, None] + offsets
+    max_end = int((context + num_new).max())
+    key_slots = np.empty((len(pieces), max_end), dtype=np.int64)
+    for i, (seq, table) in enumerate(zip(pieces, tables, strict=True)):
+        keys = np.arange(seq.end_len, dtype=np.int64)
+        key_slots[i, : seq.end_len] = table[keys // block_size] * block_size + keys % block_size
+        key_slots[i, seq.end_len:] = table[0] * block_size
+    width = query_rows.shape[1]
+    output_index = np.concatenate([i * width + np.arange(n, dtype=np.int64) for i, n in enumerate(num_new)])
+    return [query_rows, query_positions, key_slots, output_index]

@@ -1,7 +1,9 @@
 """Loading Hugging Face Llama-family weights (local `*.safetensors`, sharded or not) into LlamaModel.
 
-HF keeps q/k/v and gate/up as separate tensors; our model fuses them, so each HF name maps to a
-row range of one of our parameters. Every target range must be filled exactly once.
+Most families keep q/k/v and gate/up as separate tensors; our model fuses them, so each HF name
+maps to a row range of one of our parameters (Phi-3's qkv_proj and gate_up_proj are already
+fused, in the same row order, and fill the whole parameter). Every target range must be filled
+exactly once.
 """
 
 from __future__ import annotations
@@ -43,12 +45,18 @@ def target_of(model: LlamaModel, hf_name: str) -> tuple[str, slice] | None:
         "self_attn.v_proj": ("qkv_proj", slice(q + kv, q + 2 * kv)),
         "mlp.gate_proj": ("gate_up_proj", slice(0, inter)),
         "mlp.up_proj": ("gate_up_proj", slice(inter, 2 * inter)),
+        "self_attn.qkv_proj": ("qkv_proj", whole),  # Phi-3
+        "mlp.gate_up_proj": ("gate_up_proj", whole),  # Phi-3
     }
     plain = {
         "self_attn.o_proj.weight": "o_proj.weight",
         "mlp.down_proj.weight": "down_proj.weight",
         "input_layernorm.weight": "input_norm.weight",
         "post_attention_layernorm.weight": "post_attn_norm.weight",
+        "self_attn.q_norm.weight": "q_norm.weight",  # Qwen3, Gemma 3
+        "self_attn.k_norm.weight": "k_norm.weight",
+        "pre_feedforward_layernorm.weight": "pre_mlp_norm.weight",  # Gemma 2/3
+        "post_feedforward_layernorm.weight": "post_mlp_norm.weight",
     }
     if rest in plain:
         return prefix + plain[rest], whole

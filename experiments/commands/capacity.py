@@ -16,13 +16,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo", required=True,
                         help="comma-separated limits in ms on summary metrics, e.g. ttft_p90_ms=500,tpot_p90_ms=50 "
                              "(metrics ttft/tpot/itl/e2el; stats mean/median/p50/p90/p95/p99)")
-    parser.add_argument("--low", type=positive_float, default=0.25, help="lowest rate searched (req/s)")
-    parser.add_argument("--high", type=positive_float, default=64.0, help="highest rate searched (req/s)")
+    parser.add_argument("--low", type=positive_float, default=None,
+                        help="lowest rate searched (req/s; default 0.25), or number of clients (default 1)")
+    parser.add_argument("--high", type=positive_float, default=None,
+                        help="highest rate searched (req/s; default 64), or number of clients (default 256)")
     parser.add_argument("--tol", type=positive_float, default=0.1,
                         help="stop when the bracket is this narrow (req/s)")
     parser.add_argument("--param", default=None,
-                        help="the rate's dotted path (default: workload.arrivals.rate, or for a timed trace "
-                             "workload.trace.target_rate, its mean arrival rate in req/s)")
+                        help="the rate's dotted path (default: clients.concurrency with closed-loop clients, "
+                             "else workload.arrivals.rate, or for a timed trace workload.trace.target_rate, its mean "
+                             "arrival rate in req/s)")
     parser.add_argument("--out", type=Path, default=None, help="folder for probes, capacity.json and the plot "
                                                                 "(default: results/<name>-capacity)")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="probes run at once (0 = one per CPU)")
@@ -40,10 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from experiments.capacity_search import (
+        CONCURRENCY_PATH,
         RESULT_FILE,
         TRACE_RATE_PATH,
         CapacityResult,
         build_series,
+        check_counts,
         check_tol,
         choose_param,
         parse_slo,
@@ -59,13 +64,18 @@ def run(args: argparse.Namespace) -> int:
     from experiments.sweep_store import SweepStore
 
     slo = parse_slo(args.slo)
-    check_tol(args.low, args.high, args.tol)  # before anything is written
     source = str(args.experiment)
     overrides = [*args.overrides, *(["limits.fast_forward=false"] if args.no_fast_forward else [])]
     data = apply_overrides(load_yaml(args.experiment), overrides, source=source)
+    param = args.param or choose_param(data, source=source)
+    counts = param == CONCURRENCY_PATH
+    low = args.low if args.low is not None else (1.0 if counts else 0.25)
+    high = args.high if args.high is not None else (256.0 if counts else 64.0)
+    args.low, args.high = low, high
+    check_counts(param, low, high)
+    check_tol(low, high, args.tol)  # before anything is written
     if data.get("sweep") and not args.quiet:
         print("note: `sweep:` is ignored by the capacity search (it varies the rate itself)", file=sys.stderr)
-    param = args.param or choose_param(data, source=source)
     notes: list[str] = []
     series = build_series(data, source=source, param=param, notes=notes)
     if param == TRACE_RATE_PATH and not args.quiet:

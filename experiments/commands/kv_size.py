@@ -6,7 +6,7 @@ import argparse
 import json
 
 from simcore.errors import ConfigError
-from simcore.model import DTYPE_BYTES, kv_cache_bytes, kv_cache_gib
+from simcore.model import DTYPE_BYTES, GIB, kv_cache_bytes, kv_cache_gib
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +40,22 @@ def run(args: argparse.Namespace) -> int:
         "kv_bytes": kv_cache_bytes(**sizes),
         "kv_gib": kv_cache_gib(**sizes),
     }
+    spec = geometry["spec"]
+    if spec is not None and spec.num_sliding_layers:
+        # Sliding-window layers keep only their last `sliding_window` positions, so the bytes a
+        # request needs grow at the full-attention layers' rate past the window. The paged pool
+        # (simulator and real engine) still allocates every position of every layer: that
+        # figure is kv_bytes_allocated (docs/kv-cache.md#sliding-window-layers).
+        needed = spec.kv_bytes_needed(args.tokens, bytes_per_value) * args.batch
+        full_layers = spec.num_layers - spec.num_sliding_layers
+        result.update({
+            "sliding_window": spec.sliding_window,
+            "sliding_layers": spec.num_sliding_layers,
+            "bytes_per_token_past_window": kv_cache_bytes(**{**sizes, "layers": full_layers, "batch": 1, "seq_len": 1}),
+            "kv_bytes_allocated": result["kv_bytes"],
+            "kv_bytes": needed,
+            "kv_gib": needed / GIB,
+        })
     if args.json:
         print(json.dumps(result))
         return 0
@@ -47,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             print(f"{key}={value}")
     label = result["model"] or f"L={sizes['layers']} H_KV={sizes['kv_heads']} d_h={sizes['head_dim']}"
+    allocated = result.get("kv_bytes_allocated")
+    note = "" if allocated is None else f"; a paged pool keeping every layer's positions allocates {allocated / GIB:.4g} GiB"
     print(f"# {label}: {args.batch} x {args.tokens} tokens at {args.dtype} -> "
-          f"{result['kv_gib']:.4g} GiB ({result['kv_bytes']:,} bytes)")
+          f"{result['kv_gib']:.4g} GiB ({result['kv_bytes']:,} bytes){note}")
     return 0
 
 
@@ -62,12 +80,12 @@ def _geometry(args: argparse.Namespace) -> dict:
 
         model = get_model(args.model)
         return {"model": model.name, "layers": model.num_layers, "kv_heads": model.num_kv_heads,
-                "head_dim": model.head_dim}
+                "head_dim": model.head_dim, "spec": model}
     missing = [flag for flag, value in flags.items() if value is None]
     if missing:
         raise ConfigError(f"give --model or all of --layers, --kv-heads, --head-dim; missing {', '.join(missing)}",
                           where="kv-size")
-    return {"model": None, "layers": args.layers, "kv_heads": args.kv_heads, "head_dim": args.head_dim}
+    return {"model": None, "layers": args.layers, "kv_heads": args.kv_heads, "head_dim": args.head_dim, "spec": None}
 
 
 def _positive_int(text: str) -> int:
