@@ -4,9 +4,10 @@
 (`simcore.sources`); before each step it hands the policy every request delivered so far, asks
 it for a plan, sleeps for the cost model's price of that plan, and completes it. An accelerator
 (`policies.accelerate`), when given, may extend a planned step with the steps that are certain
-to follow it (a `Run`): the engine prices them one at a time as the clock reaches them, and
-cuts the run where a delivered request could change it (`Run.steps_kept`), at its own end, or
-at the horizon. `simulate` replays a list of requests through one engine; `simcore.cluster` runs several behind
+to follow it (a `Run`): the engine prices them a lookahead at a time and sleeps through them; a
+request delivered meanwhile cuts the run where it could change it (`Run.steps_kept`), and so
+does a reader of the engine's state (`observe`); else the run ends at its own end or at the
+horizon. `simcore.cluster` replays requests through one engine (`simulate`), or several behind
 a router.
 
 The clock counts femtoseconds (`simcore.clock`); the engine's wake-ups come after everything
@@ -123,8 +124,8 @@ _LATE = 2
 FLUSH_EVERY = 4096
 # Events between two calls of `on_progress` (a callback that checks the wall clock itself).
 PROGRESS_EVERY = 256
-# Steps a run prices at first, then twice as many each time (`_take_steps`).
-FIRST_CHUNK = 16
+# Steps of a run priced at first (its first lookahead), then twice as many each time (`_take_steps`).
+FIRST_LOOKAHEAD = 16
 # New containers between the collector's young passes during a run (see `_collector_for_a_run`).
 GC_YOUNG_THRESHOLD = 100_000
 
@@ -132,7 +133,8 @@ GC_YOUNG_THRESHOLD = 100_000
 @dataclass
 class _OpenRun:
     """A run whose steps are being taken: the run, the planned step's end, the most steps it may
-    take, how much of the inbox it has seen, and the steps taken (their ends, ticks). `finished` is set once `Engine.observe` has completed its steps."""
+    take, how much of the inbox it has seen, and the steps taken (their ends, ticks).
+    `finished` is set once `Engine.observe` has completed its steps."""
 
     run: Run
     end: int
@@ -242,7 +244,7 @@ class Engine:
         del ends[_num_started(open_run.end, ends, self.env.now):]
         open_run.limit = len(ends)
         open_run.finished = self._apply_run(open_run.run, open_run.end, ends) if ends else []
-        self._set_alarm(open_run)
+        self._wake_sooner(open_run)
 
     def _cut_for_deliveries(self) -> None:
         """Requests were delivered now, while a run's steps are taken: the steps that started
@@ -259,9 +261,9 @@ class Engine:
         open_run.seen = len(self.inbox)
         if open_run.limit < len(ends):
             del ends[open_run.limit:]
-            self._set_alarm(open_run)
+            self._wake_sooner(open_run)
 
-    def _set_alarm(self, open_run: _OpenRun) -> None:
+    def _wake_sooner(self, open_run: _OpenRun) -> None:
         """The run's steps taken end sooner than the engine sleeps for: wake it now, to sleep
         again until then (SimPy's interrupt; not while it is already waking)."""
         if open_run.sleeping and self.env.active_process is not self.process:
@@ -330,25 +332,25 @@ class Engine:
             if self.on_step is not None:
                 self.on_step(to_seconds(end))
             return finished
-        # The run's steps, priced a chunk at a time: the engine sleeps to the end of those it
+        # The run's steps, priced a lookahead at a time: the engine sleeps to the end of those it
         # has taken. A delivery meanwhile (`_cut_for_deliveries`), or a reader's `observe`,
-        # cuts them where the run stops being certain and moves the alarm.
+        # cuts them where the run stops being certain and wakes it to sleep until then.
         repeats = run.repeats()
         horizon = self.horizon if self.horizon is not None else math.inf
         open_run = self._open_run = _OpenRun(run, end, run.num_steps, len(self.inbox), closed_loop)
         ends = open_run.ends
         rest: Repeat | None = None  # what is left of the repeat being priced
-        chunk = FIRST_CHUNK
+        lookahead = FIRST_LOOKAHEAD
         while True:
-            # The next chunk of steps, within the run's limit and before the horizon: chunks
-            # double, so a cut wastes the pricing of at most one while long runs wake rarely;
-            # none while an event due before the steps taken end may cut the run there.
+            # The next lookahead of steps, within the run's limit and before the horizon: each
+            # is twice the last, so a cut wastes the pricing of at most one while long runs wake
+            # rarely; none while an event due before the steps taken end may cut the run there.
             if len(ends) < open_run.limit and (open_run.wake < env.peek() or env.now >= open_run.wake):
                 if rest is None:
                     rest = next(repeats)
-                head, rest = _split(rest, min(chunk, open_run.limit - len(ends)))
+                head, rest = _split(rest, min(lookahead, open_run.limit - len(ends)))
                 priced = self._price(head, open_run.wake, plan.step_id + 1 + len(ends))
-                chunk *= 2
+                lookahead *= 2
                 take = bisect_left(priced, horizon)
                 if take < len(priced):
                     open_run.limit = len(ends) + take
