@@ -257,6 +257,12 @@ def run_experiment(
         if policy_dir is not None:
             # CSV has no list cells: token lists go as JSON text there.
             written = frame if exp.output.format == "parquet" else token_columns_as_text(frame)
+            if exp.cluster is not None:  # the router's decisions (before summary.json, written last)
+                routes = pd.DataFrame(cluster.decisions, columns=["request_id", "replica", "time_s"])
+                routes.insert(2, "phase", ["decode" if index >= num_prefill and disaggregation is not None
+                                           else "prefill" if disaggregation is not None else "serve"
+                                           for index in routes["replica"]])
+                write_table(routes, path_under(policy_dir, "routes"), exp.output.format)
             write_policy_results(policy_dir, written, result, summary, exp.output.format)
     if out_dir is not None:
         write_experiment_files(out_dir, run)

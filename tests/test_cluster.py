@@ -208,6 +208,9 @@ def test_a_cluster_run_writes_replica_columns_and_summaries(tmp_path):
         assert list(requests.columns[:2]) == ["request_id", "replica"]
         assert sorted(requests["replica"].value_counts().tolist()) == sorted(entry["num_routed"])
         assert list(steps.columns[:2]) == ["replica", "step_id"] and len(steps) == entry["num_steps"]
+        routes = pd.read_parquet(tmp_path / "out" / entry["label"] / "routes.parquet")
+        assert sorted(routes["request_id"]) == list(range(30)) and set(routes["phase"]) == {"serve"}
+        assert (routes.set_index("request_id")["replica"] == requests.set_index("request_id")["replica"]).all()
 
 
 def disaggregated_run(requests, name, opts, *, num_prefill=1, num_decode=2, fast=True, caching=False,
