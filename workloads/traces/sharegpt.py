@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simcore.errors import ConfigError
+from simcore.errors import ConfigError, short_repr
 from simcore.request import Segment
 from workloads.sessions import session_table
 from workloads.traces.common import SURROGATE_ESCAPE, holds_lone_surrogate, json_problem, shown
@@ -67,7 +67,7 @@ def _conversation(item: object, index: int, path: Path, check_unicode: bool) -> 
     if not isinstance(item, dict) or not isinstance(item.get("conversations"), list):
         raise ConfigError("expected an object with a 'conversations' list", source=str(path), where=label)
     if "id" in item:
-        label += f" (id {shown(item['id'])!r})"
+        label += f" (id {short_repr(shown(item['id']))})"  # (bounded: an id may be a 400-digit number)
     roles, texts = [], []
     for j, message in enumerate(item["conversations"]):
         place = f"{label}, message {j + 1}"
