@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,13 @@ from simcore.hf_config import context_length
 from simcore.model import DTYPE_BYTES, ModelSpec
 from simcore.validate import apply_override, config_error_from_pydantic, load_yaml_mapping, set_path
 from workloads.spec import WorkloadSpec
+
+
+def one_of(value: str, choices: Iterable[str], what: str) -> str:
+    """`value` where it names one of `choices`, else the error that lists them (a validator's)."""
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}; expected one of {sorted(choices)}")
+    return value
 
 
 class Strict(BaseModel):
@@ -38,9 +46,7 @@ class KVCacheConfig(Strict):
     @field_validator("dtype")
     @classmethod
     def _known_dtype(cls, value: str) -> str:
-        if value not in DTYPE_BYTES:
-            raise ValueError(f"unknown KV dtype {value!r}; expected one of {sorted(DTYPE_BYTES)}")
-        return value
+        return one_of(value, DTYPE_BYTES, "KV dtype")
 
 
 def _file_name(value: str | None) -> str | None:
@@ -181,9 +187,7 @@ class RouterConfig(Strict):
     def _known_router(cls, value: str) -> str:
         from policies.routers import ROUTERS
 
-        if value not in ROUTERS:
-            raise ValueError(f"unknown router {value!r}; expected one of {sorted(ROUTERS)}")
-        return value
+        return one_of(value, ROUTERS, "router")
 
     @model_validator(mode="after")
     def _weights_only_where_read(self) -> RouterConfig:
@@ -216,9 +220,7 @@ class KVLinkConfig(Strict):
     def _known_link(cls, value: str) -> str:
         from simcore.presets import LINKS
 
-        if value not in LINKS:
-            raise ValueError(f"unknown link {value!r}; expected one of {sorted(LINKS)}")
-        return value
+        return one_of(value, LINKS, "link")
 
     def spec(self):  # noqa: ANN201 - simcore.presets.LinkSpec
         from simcore.presets import GB, LINKS, LinkSpec
@@ -308,9 +310,7 @@ class Experiment(Strict):
     @field_validator("weight_dtype")
     @classmethod
     def _known_weight_dtype(cls, value: str) -> str:
-        if value not in DTYPE_BYTES:
-            raise ValueError(f"unknown weight dtype {value!r}; expected one of {sorted(DTYPE_BYTES)}")
-        return value
+        return one_of(value, DTYPE_BYTES, "weight dtype")
 
     _name_is_a_file_name = field_validator("name")(_file_name)
 

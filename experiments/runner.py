@@ -6,6 +6,7 @@ import dataclasses
 import math
 import platform
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,15 @@ from policies.registry import make_policy
 from policies.routers import make_router
 from simcore import __version__
 from simcore.capacity import block_bytes, num_gpu_blocks
-from simcore.cluster import ClosedLoopSpec, ClusterResult, ClusterSteps, Disaggregation, Replica, simulate_cluster
+from simcore.cluster import (
+    ClientsRefuseWorkload,
+    ClosedLoopSpec,
+    ClusterResult,
+    ClusterSteps,
+    Disaggregation,
+    Replica,
+    simulate_cluster,
+)
 from simcore.engine import RunLimits, RunResult
 from simcore.errors import ConfigError
 from simcore.hf_config import context_length
@@ -208,9 +217,9 @@ def run_experiment(
             cluster = simulate_cluster(template, replicas, router=router, limits=limits, clients=clients,
                                        router_delay_s=exp.cluster.router.delay_ms / 1000.0 if exp.cluster else 0.0,
                                        disaggregation=disaggregation)
-        except ValueError as exc:  # what the cluster cannot run (closed-loop clients with sessions)
-            raise ConfigError("unsupported combination", source=source_str, where="clients",
-                              expected="a workload without follow-up turns", found=str(exc)) from None
+        except ClientsRefuseWorkload as exc:
+            raise ConfigError(str(exc), source=source_str, where="clients",
+                              expected="a workload without follow-up turns") from None
         finally:
             if progress is not None:
                 progress.close()  # before the policy's line is echoed
@@ -238,14 +247,15 @@ def run_experiment(
         if limits.check_invariants:
             _check_conservation(frame, template)
         slo_ms = exp.metrics.slo.as_dict() or None
-        summary = summarize_frame(frame, itl=result.itl, slo_ms=slo_ms,
-                                  extra=_cluster_extra(replicas, cluster, frames, disaggregation) if exp.cluster is not None
-                                  else _policy_extra(policy, result, frame))
-        if exp.cluster is not None:
-            summary["replicas"] = [
-                summarize_frame(part, itl=replica_result.itl, slo_ms=slo_ms,
-                                extra=_policy_extra(replica.policy, replica_result, part))
-                for replica, replica_result, part in zip(replicas, cluster.replicas, frames)]
+        if exp.cluster is None:
+            summary = summarize_frame(frame, itl=result.itl, slo_ms=slo_ms, extra=_policy_extra(policy, result, frame))
+        else:
+            extras = [_policy_extra(replica.policy, replica_result, part)
+                      for replica, replica_result, part in zip(replicas, cluster.replicas, frames)]
+            summary = summarize_frame(frame, itl=result.itl, slo_ms=slo_ms,
+                                      extra=_cluster_extra(extras, cluster, frame, disaggregation))
+            summary["replicas"] = [summarize_frame(part, itl=replica_result.itl, slo_ms=slo_ms, extra=extra)
+                                   for replica_result, part, extra in zip(cluster.replicas, frames, extras)]
         if cluster.max_concurrency is not None:
             summary["max_concurrency"] = cluster.max_concurrency
         summary = {"label": label, "policy": policy_cfg.name, **summary}
@@ -259,9 +269,8 @@ def run_experiment(
             written = frame if exp.output.format == "parquet" else token_columns_as_text(frame)
             if exp.cluster is not None:  # the router's decisions (before summary.json, written last)
                 routes = pd.DataFrame(cluster.decisions, columns=["request_id", "replica", "time_s"])
-                routes.insert(2, "phase", ["decode" if index >= num_prefill and disaggregation is not None
-                                           else "prefill" if disaggregation is not None else "serve"
-                                           for index in routes["replica"]])
+                routes.insert(2, "phase", "serve" if disaggregation is None else
+                              ["decode" if index >= num_prefill else "prefill" for index in routes["replica"]])
                 write_table(routes, path_under(policy_dir, "routes"), exp.output.format)
             write_policy_results(policy_dir, written, result, summary, exp.output.format)
     if out_dir is not None:
@@ -332,18 +341,17 @@ def _cluster_result(cluster: ClusterResult) -> RunResult:
                      num_events=sum(r.num_events for r in results), itl=ItlLog.merged([r.itl for r in results]))
 
 
-def _cluster_extra(replicas: list[Replica], cluster: ClusterResult, frames: list[pd.DataFrame],
+def _cluster_extra(parts: list[dict], cluster: ClusterResult, frame: pd.DataFrame,
                    disaggregation: Disaggregation | None) -> dict:
-    """A cluster's totals: each replica's counts added up (times and means by the whole table)."""
-    parts = [_policy_extra(replica.policy, result, frame)
-             for replica, result, frame in zip(replicas, cluster.replicas, frames)]
+    """A cluster's totals from its replicas' own (`_policy_extra`): counts added up, times and
+    means by the whole request table."""
     totals = {name: sum(part[name] for part in parts) for name in parts[0]
               if all(isinstance(part[name], int) for part in parts)}
-    frame = pd.concat(frames, ignore_index=True)
+    num_routed = Counter(index for _, index, _ in cluster.decisions)
     return {
         **totals, "end_reason": cluster.end_reason, "sim_time_s": cluster.sim_time_s,
-        "num_replicas": len(replicas),
-        "num_routed": [sum(1 for _, index, _ in cluster.decisions if index == i) for i in range(len(replicas))],
+        "num_replicas": len(parts),
+        "num_routed": [num_routed[index] for index in range(len(parts))],
         "transfer_time_s": sum(part["transfer_time_s"] for part in parts),
         **(_kv_transfer_summary(cluster, disaggregation) if disaggregation is not None else {}),
         "mean_swap_delay_ms": _mean_ms(frame.loc[frame["num_swaps"] > 0, "swap_delay_s"]),

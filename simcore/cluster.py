@@ -38,7 +38,7 @@ from simcore.errors import ServesimError
 from simcore.presets import LinkSpec
 from simcore.pricing import CostModel
 from simcore.request import Request, Status
-from simcore.sources import ClosedLoop, FollowUps, Releases, Sink, replay
+from simcore.sources import ClosedLoop, FollowUps, Releases, Sink, deliver_at, replay
 from simcore.steplog import StepLog
 
 
@@ -119,15 +119,7 @@ class Dispatch:
         if not delay:
             target.submit(request)
             return
-        target.open_source()
-        self._in_flight.append(request)
-        self.env.process(self._deliver(target, request, delay))
-
-    def _deliver(self, target: Engine, request: Request, delay: int) -> Iterator[simpy.Event]:
-        yield self.env.timeout(delay)
-        self._in_flight.remove(request)
-        target.submit(request)
-        target.close_source()
+        deliver_at(target, request, self.env.now + delay, self._in_flight)
 
     def open_source(self) -> None:
         for engine in self.engines:
@@ -295,6 +287,10 @@ def num_outstanding(engine: Engine) -> int:
     return len(engine.inbox) + len(policy.waiting) + len(policy.running) + len(policy.swapped)
 
 
+class ClientsRefuseWorkload(ValueError):
+    """Closed-loop clients with a workload they cannot send (one with follow-up turns)."""
+
+
 @dataclass(frozen=True)
 class ClosedLoopSpec:
     """Closed-loop clients (`simcore.sources.ClosedLoop`)."""
@@ -360,7 +356,7 @@ def simulate_cluster(
         ordered = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
         follow_ups = FollowUps.split(ordered)
         if clients is not None and follow_ups is not None:
-            raise ValueError("closed-loop clients send requests one after another: a workload with "
+            raise ClientsRefuseWorkload("closed-loop clients send requests one after another: a workload with "
                              "follow-up turns (sessions) is not supported with them")
         closed_loop = None
         if clients is not None:
@@ -428,6 +424,6 @@ def simulate_cluster(
         return ClusterResult(
             replicas=results, undelivered=undelivered, decisions=decisions,
             transfers=transfers.transfers if transfers is not None else [],
-            max_concurrency=closed_loop.max_in_flight if closed_loop is not None else None,
+            max_concurrency=closed_loop.max_out if closed_loop is not None else None,
             end_reason=end_reason, sim_time_s=to_seconds(sim_time), wall_time_s=time.perf_counter() - wall_start,
         )

@@ -147,7 +147,7 @@ class _OpenRun:
     sleeping: bool = False
 
     @property
-    def wake(self) -> int:
+    def taken_until(self) -> int:
         """When the steps taken end."""
         return self.ends[-1] if self.ends else self.end
 
@@ -345,21 +345,21 @@ class Engine:
             # The next lookahead of steps, within the run's limit and before the horizon: each
             # is twice the last, so a cut wastes the pricing of at most one while long runs wake
             # rarely; none while an event due before the steps taken end may cut the run there.
-            if len(ends) < open_run.limit and (open_run.wake < env.peek() or env.now >= open_run.wake):
+            if len(ends) < open_run.limit and (open_run.taken_until < env.peek() or env.now >= open_run.taken_until):
                 if rest is None:
                     rest = next(repeats)
                 head, rest = _split(rest, min(lookahead, open_run.limit - len(ends)))
-                priced = self._price(head, open_run.wake, plan.step_id + 1 + len(ends))
+                priced = self._price(head, open_run.taken_until, plan.step_id + 1 + len(ends))
                 lookahead *= 2
                 take = bisect_left(priced, horizon)
                 if take < len(priced):
                     open_run.limit = len(ends) + take
                 ends += priced[:take]
-            if env.now >= open_run.wake and len(ends) >= open_run.limit:
+            if env.now >= open_run.taken_until and len(ends) >= open_run.limit:
                 break
             open_run.sleeping = True
             try:
-                yield _Late(env, open_run.wake - env.now)
+                yield _Late(env, open_run.taken_until - env.now)
             except simpy.Interrupt:
                 continue  # cut (`_cut_for_deliveries`, `observe`): sleep until its new end
             finally:

@@ -39,6 +39,22 @@ class Releases(Protocol):
     def release(self, request: Request, at: float) -> None: ...
 
 
+def deliver_at(sink: Sink, request: Request, at: int, in_flight: list[Request]) -> None:
+    """`request` reaches `sink` at tick `at` (now or later), held in `in_flight` until then: a
+    source of the sink's meanwhile, so an engine waits for it rather than ends."""
+    in_flight.append(request)
+    sink.open_source()
+    sink.env.process(_deliver(sink, request, at, in_flight))
+
+
+def _deliver(sink: Sink, request: Request, at: int, in_flight: list[Request]) -> Iterator[simpy.Event]:
+    if at > sink.env.now:
+        yield sink.env.timeout(at - sink.env.now)
+    in_flight.remove(request)
+    sink.submit(request)
+    sink.close_source()
+
+
 class Replay:
     """Delivers copies of `requests` (in arrival order) to `engine` at their arrival times."""
 
@@ -113,21 +129,9 @@ class FollowUps:
         for template in turns:
             child = template.copy()
             child.arrival_s = at + template.think_time_s
-            self._in_flight.append(child)
-            sink.open_source()
-            sink.env.process(self._deliver(child))
+            deliver_at(sink, child, to_ticks(child.arrival_s), self._in_flight)
         if not self.children:
             sink.close_source()
-
-    def _deliver(self, child: Request) -> Iterator[simpy.Event]:
-        sink = self.sink
-        assert sink is not None
-        at = to_ticks(child.arrival_s)
-        if at > sink.env.now:
-            yield sink.env.timeout(at - sink.env.now)
-        self._in_flight.remove(child)
-        sink.submit(child)
-        sink.close_source()
 
     def undelivered(self) -> list[Request]:
         """Turns released and not delivered yet, and copies of those never released."""
@@ -155,7 +159,7 @@ class ClosedLoop:
         self._out: set[int] = set()
         # Sent after a think time and not yet delivered.
         self._in_flight: list[Request] = []
-        self.max_in_flight = 0  # most requests out at once (never more than the clients)
+        self.max_out = 0  # most requests out at once (never more than the clients)
 
     def deliver_to(self, sink: Sink) -> None:
         """Start: every client sends its first request now."""
@@ -184,18 +188,8 @@ class ClosedLoop:
         self.num_sent += 1
         request.arrival_s = at
         self._out.add(request.request_id)
-        self.max_in_flight = max(self.max_in_flight, len(self._out))
-        self._in_flight.append(request)
-        sink.open_source()
-        sink.env.process(self._deliver(sink, request))
-
-    def _deliver(self, sink: Sink, request: Request) -> Iterator[simpy.Event]:
-        at = to_ticks(request.arrival_s)
-        if at > sink.env.now:
-            yield sink.env.timeout(at - sink.env.now)
-        self._in_flight.remove(request)
-        sink.submit(request)
-        sink.close_source()
+        self.max_out = max(self.max_out, len(self._out))
+        deliver_at(sink, request, to_ticks(at), self._in_flight)
 
     def undelivered(self) -> list[Request]:
         """Requests sent and not delivered yet, and copies of those never sent."""

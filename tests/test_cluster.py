@@ -307,3 +307,14 @@ def test_a_cluster_runs_the_real_engine(tmp_path):
     alone, clustered = frames
     assert (clustered["status"] == "finished").all() and sorted(clustered["replica"].unique()) == [0, 1]
     assert alone["output_token_ids"].map(list).equals(clustered["output_token_ids"].map(list))
+
+
+def test_clients_with_sessions_are_a_clear_error(tmp_path, capsys):
+    from tests.test_cli_errors import BASE, run_in_process, write
+
+    sessions = {"arrivals": {"kind": "poisson", "rate": 1.0},
+                "sessions": {"num_sessions": 3, "turns": {"kind": "uniform", "low": 2, "high": 3},
+                             "think_time_s": {"kind": "fixed", "value": 1.0}, "message_len": {"kind": "fixed", "value": 10}},
+                "prompt_len": {"kind": "fixed", "value": 20}, "output_len": {"kind": "fixed", "value": 5}}
+    run_in_process(capsys, str(write(tmp_path, {**BASE, "workload": sessions, "clients": {"concurrency": 2}})),
+                   "--out", str(tmp_path / "out"), fragments=("clients:", "follow-up turns"))

@@ -14,9 +14,17 @@ transformers = pytest.importorskip("transformers")
 
 from backends.torch.factory import build_engine  # noqa: E402
 from simcore.hf_config import load_hf_config  # noqa: E402
-from tests.test_torch_support import CPU, hf_logits, seq, step  # noqa: E402
+from tests.test_torch_support import (  # noqa: E402
+    ATOL,
+    CPU,
+    check_chunks_then_decodes,
+    hf_generate,
+    hf_logits,
+    prompt_of,
+    seq,
+    step,
+)
 
-ATOL = 2e-4
 WINDOW = 8
 COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
@@ -38,10 +46,6 @@ CONFIGS = {
     "phi3": lambda: transformers.Phi3Config(**COMMON, sliding_window=WINDOW),
     "mistral": lambda: transformers.MistralConfig(**COMMON, sliding_window=WINDOW),
 }
-
-
-def prompt_of(n: int, offset: int) -> list[int]:
-    return [(offset + 7 * i) % 128 for i in range(n)]
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -68,12 +72,6 @@ def engine_of(folder, host_blocks: int = 0):
                         num_host_blocks=host_blocks, weights=folder, attention="portable")
 
 
-def generate(hf, prompt: list[int], n: int) -> list[int]:
-    out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=n, use_cache=True,
-                      attention_mask=torch.ones(1, len(prompt), dtype=torch.long), pad_token_id=0)
-    return out[0, len(prompt):].tolist()
-
-
 def test_spec_matches_the_transformers_model(family):
     folder, hf = family
     spec = load_hf_config(folder)
@@ -91,17 +89,7 @@ def test_chunked_prefill_and_decode_logits_match(family):
     reference = hf_logits(hf, prompt)
     engine.execute(step(seq(9, 37, 0, prompt, range(10, 20))))  # the whole prompt at once
     torch.testing.assert_close(engine.last_logits[9], reference, atol=ATOL, rtol=0)
-    table = [9, 2, 30, 4, 17, 6, 12, 8, 21, 1, 40, 3]  # scattered physical blocks
-    start = 0
-    for chunk in (10, 13, 14):  # chunk edges fall inside blocks of 4
-        new = engine.execute(step(seq(1, chunk, start, prompt, table, selects=start + chunk == 37)))
-        torch.testing.assert_close(engine.last_logits[1], reference[start:start + chunk], atol=ATOL, rtol=0)
-        start += chunk
-    tokens = prompt + [new[1]]
-    for _ in range(5):
-        new = engine.execute(step(seq(1, 1, len(tokens) - 1, prompt, table)))
-        torch.testing.assert_close(engine.last_logits[1], hf_logits(hf, tokens)[-1:], atol=ATOL, rtol=0)
-        tokens.append(new[1])
+    check_chunks_then_decodes(engine, hf, prompt, num_decodes=5)
 
 
 def test_batched_greedy_tokens_equal_generate(family):
@@ -115,13 +103,13 @@ def test_batched_greedy_tokens_equal_generate(family):
     for k in range(num_new - 1):
         engine.execute(step(*(seq(r, 1, len(p) + k, p, tables[r]) for r, p in prompts.items())))
     for rid, prompt in prompts.items():
-        assert engine.output_token_ids(rid) == generate(hf, prompt, num_new), rid
+        assert engine.output_token_ids(rid) == hf_generate(hf, prompt, num_new), rid
 
 
 def test_swap_and_recompute_preemption_keep_the_tokens(family):
     folder, hf = family
     prompt = prompt_of(14, offset=2)
-    expected = generate(hf, prompt, 9)
+    expected = hf_generate(hf, prompt, 9)
     # Swap: decode, offload the four blocks, let another request overwrite them, bring them back
     # elsewhere, and decode on next to a prefill chunk.
     engine = engine_of(folder, host_blocks=8)

@@ -12,17 +12,19 @@ pytest.importorskip("transformers")
 from backends.torch.factory import build_engine  # noqa: E402
 from simcore.errors import ServesimError  # noqa: E402
 from tests.test_torch_support import (  # noqa: E402
+    ATOL,
     CPU,
     LLAMA3_SCALING,
+    check_chunks_then_decodes,
     engine_for,
+    hf_generate,
     hf_logits,
     hf_model,
+    prompt_of,
     seq,
     step,
     tiny_spec,
 )
-
-ATOL = 2e-4
 
 VARIANTS = {
     "gqa-llama3-untied": dict(kv_heads=2, rope_scaling=LLAMA3_SCALING),
@@ -30,10 +32,6 @@ VARIANTS = {
     "mqa-llama3-tied": dict(kv_heads=1, tied=True, rope_scaling=LLAMA3_SCALING),
     "qwen2-bias": dict(kv_heads=2, bias=True),
 }
-
-
-def prompt_of(n: int, offset: int = 3, vocab: int = 128) -> list[int]:
-    return [(offset + 7 * i) % vocab for i in range(n)]
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS))
@@ -56,20 +54,8 @@ def test_chunked_prefill_and_decode_logits_match_transformers(pair):
     spec, hf = pair
     engine = engine_for(spec, hf=hf)
     engine.keep_logits = "all"
-    prompt = prompt_of(37, offset=11)
-    table = [9, 2, 30, 4, 17, 6, 12, 8, 21, 1, 40, 3]  # scattered physical blocks
-    reference = hf_logits(hf, prompt)
-    start = 0
-    for chunk in (10, 13, 14):  # chunk edges fall inside blocks of 4
-        new = engine.execute(step(seq(1, chunk, start, prompt, table, selects=start + chunk == 37)))
-        torch.testing.assert_close(engine.last_logits[1], reference[start:start + chunk], atol=ATOL, rtol=0)
-        start += chunk
-    tokens = prompt + [new[1]]
-    for _ in range(6):  # decodes: each step's logits against a full recomputation by transformers
-        n = len(tokens)
-        new = engine.execute(step(seq(1, 1, n - 1, prompt, table)))
-        torch.testing.assert_close(engine.last_logits[1], hf_logits(hf, tokens)[-1:], atol=ATOL, rtol=0)
-        tokens.append(new[1])
+    # decodes: each step's logits against a full recomputation by transformers
+    check_chunks_then_decodes(engine, hf, prompt_of(37, offset=11), num_decodes=6)
 
 
 def test_greedy_tokens_equal_generate(pair):
@@ -82,9 +68,7 @@ def test_greedy_tokens_equal_generate(pair):
     for k in range(num_new - 1):  # both requests decode in the same batch
         engine.execute(step(*(seq(r, 1, len(p) + k, p, tables[r]) for r, p in prompts.items())))
     for rid, prompt in prompts.items():
-        out = hf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=num_new, use_cache=True,
-                          attention_mask=torch.ones(1, len(prompt), dtype=torch.long), pad_token_id=0)
-        assert engine.output_token_ids(rid) == out[0, len(prompt):].tolist()
+        assert engine.output_token_ids(rid) == hf_generate(hf, prompt, num_new)
 
 
 def _write_sharded(hf, directory, spec) -> None:
