@@ -94,6 +94,8 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
     q = row_quantities(rows)
     m = model
     peak, bandwidth = m.hardware.peak_flops, m.hardware.mem_bandwidth
+    # GEMMs at their activation dtype's peak (fp8 W8A8 at the fp8 one), attention at bf16's.
+    gemm_peak = m.hardware.compute_peak(m.activation_dtype)[1]
     selecting = q["num_selecting"] > 0
     weight_bytes = np.where(selecting, m._weight_bytes_with_head, m._weight_bytes_no_head)
     dense_flops = q["num_tokens"] * m._gemm_flops_per_token + q["num_selecting"] * m._lm_head_flops_per_select
@@ -102,7 +104,7 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
         kind=np.asarray([r.get("kind") or step_kind(r) for r in rows]),
         time_s=np.asarray([float(r["time_s"]) for r in rows]),
         num_seqs=q["num_seqs"],
-        dense_compute=dense_flops / peak,
+        dense_compute=dense_flops / gemm_peak,
         dense_memory=dense_bytes / bandwidth,
         attn_compute=q["attn_work"] * m._attn_flops_per_work / peak,
         attn_memory=q["kv_positions"] * m._kv_bytes_per_pos / bandwidth,

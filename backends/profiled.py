@@ -50,8 +50,11 @@ REQUIRED_COLUMNS = ("kind", *SHAPE_COLUMNS, "time_s")
 OPTIONAL_SHAPE_COLUMNS = ("num_prefill_continuations",)
 # Hinge knots (processed tokens per step) of the GEMM curve; those inside the data range are used.
 KNOTS = (32, 128, 512, 2048, 8192, 32768)
-# Model geometry fields that must agree between the table and the simulated model.
-GEOMETRY = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size")
+# Model geometry fields that must agree between the table and the simulated model (a table
+# recorded before a field existed is not checked on it). Mixtral 8x7B shares every dense field
+# with Mistral 7B: the expert counts tell them apart.
+GEOMETRY = ("num_layers", "hidden_size", "num_q_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
+            "num_experts", "num_experts_per_tok", "kv_lora_rank")
 
 
 def plan_shape(plan: StepPlan) -> dict[str, float]:
@@ -253,6 +256,10 @@ class StepTimeFit:
             r["num_seqs"], r["num_selecting"],
             _prefill_pieces(r), _continuations(r), _prefill_context(r),
             1.0 if r["num_decode_tokens"] > 0 else 0.0,
+            # A step with a prompt piece runs the eager forward: with CUDA graphs for decode steps its
+            # kernel launches cost a floor that decode steps do not pay (about 25 ms on the first H200
+            # run, 16 or 1024 prompt tokens alike), which no non-negative decode term can express.
+            1.0 if r["num_prefill_tokens"] > 0 else 0.0,
         ]
 
     @staticmethod
@@ -289,7 +296,8 @@ class StepTimeFit:
     def terms(self) -> dict[str, float]:
         names = ["const_s", "per_token_s", *(f"per_token_above_{int(k)}_s" for k in self.knots),
                  "per_attention_pair_s", "per_kv_read_s", "per_seq_s", "per_selecting_s",
-                 "per_prefill_piece_s", "per_continued_piece_s", "per_prefill_context_s", "decode_path_s"]
+                 "per_prefill_piece_s", "per_continued_piece_s", "per_prefill_context_s", "decode_path_s",
+                 "prefill_path_s"]
         return dict(zip(names, self.coef.tolist(), strict=True))
 
 

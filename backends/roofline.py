@@ -9,10 +9,19 @@ parallelism; the NCCL performance notes for the ring all-reduce factor 2(tp-1)/t
 One step processes T positions. Op groups, per GPU (everything divides by tp):
   dense:     FLOPs = 2 T (linear params of all layers) + 2 S V h    (S = seqs whose logits select)
              bytes = weights once per step (lm_head only when S > 0) + activation traffic
+             MoE: linear params are the active ones (router, top-k and shared experts); of the
+             routed experts a step reads E (1 - (1 - k/E)^T) per layer (uniform routing)
   attention: FLOPs = 4 H_Q d L sum_i q_i (c_i + q_i / 2)          (causal: half the new square)
              bytes = KV read sum_i c_i + KV written sum_i q_i, at kv bytes per position
-  comm:      per all-reduce (2 per layer) 2(tp-1)/tp T h s / link bandwidth + latency
-  overhead:  step_overhead_s + per_seq_overhead_s x seqs
+             MLA: per head and pair 2 kv_lora_rank + qk_rope (absorbed form), a latent per position
+  comm:      per all-reduce (2 per layer), a ring over the collective link:
+             base + 2(tp-1) hop latencies + 2(tp-1)/tp T h a / link bandwidth
+             (a = activation bytes); pipeline parallelism adds (pp-1) sends of T h a bytes
+  GEMMs run at the tensor-core peak of the activation dtype (fp8 W8A8 at the fp8 peak; 4-bit
+  weight-only at the bf16 peak), falling back to the next wider peak the part has
+  (simcore.precision); attention at the bf16 peak.
+  overhead:  step_overhead_s + per_seq_overhead_s x seqs, added to the rest, or with
+             async_scheduling overlapping it: max(rest, overhead)
 Host<->device swaps in the plan cost latency + blocks x block_bytes / link bandwidth per
 direction, added to the step (`serial`) or hidden under it (`overlap`).
 """
@@ -31,12 +40,14 @@ from simcore.capacity import kv_heads_per_gpu
 from simcore.errors import ConfigError
 from simcore.model import ModelSpec
 from simcore.plan import Repeat, StepPlan
-from simcore.presets import GB, HardwareSpec, get_link
+from simcore.precision import ACTIVATION_DTYPE_BYTES
+from simcore.presets import GB, LINKS, HardwareSpec, get_link
 
 TRANSFER_MODES = ("serial", "overlap")
 
 # Fields taken from the run (CostContext), not from the user's cost_model parameters.
-CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel")
+CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel", "activation_dtype",
+                  "pipeline_parallel")
 
 _DEFAULT_TRANSFER_LATENCY_S = 10e-6
 # Steps from which a repeat is priced in numpy arrays rather than a step at a time: below it
@@ -49,10 +60,15 @@ MIN_STEPS_IN_ARRAYS = 32
 class RooflineCostModel:
     model: ModelSpec
     hardware: HardwareSpec
-    # Bytes per weight and per activation scalar (the compute dtype), and per stored KV scalar.
-    weight_dtype_bytes: int = 2
+    # Bytes per stored weight (0.5 for 4-bit formats) and per stored KV scalar.
+    weight_dtype_bytes: float = 2
     kv_dtype_bytes: int = 2
     tensor_parallel: int = 1
+    # The GEMMs' compute dtype: its peak prices dense FLOPs, its bytes the activation traffic and
+    # collective payloads (simcore.precision).
+    activation_dtype: str = "bf16"
+    # Pipeline stages: a step runs through all of them in turn (one batch in flight).
+    pipeline_parallel: int = 1
     # --- Tunable parameters: plain numbers and names, so a YAML or calibration file can set them.
     # Fraction of peak FLOP/s achieved by GEMMs and attention (H200: 750/989 measured for 8192^3).
     mfu: float = 0.6
@@ -62,12 +78,23 @@ class RooflineCostModel:
     step_overhead_s: float = 5e-4
     # Extra cost per scheduled sequence (block tables, sampling), seconds.
     per_seq_overhead_s: float = 0.0
+    # The scheduler prepares each step while the device runs the one before (vLLM's
+    # --async-scheduling, SGLang's overlap scheduler): the overheads above overlap the device's
+    # work instead of adding to it.
+    async_scheduling: bool = False
     # Hidden-width activation tensors read or written per layer per position. A fused Llama layer
     # moves about 24: norms and residual adds ~8, q/k/v and attention output ~6, o-proj ~2, and
     # the MLP's gate/up/SiLU/down intermediates ~2 I/h (I/h is 2.7-5 in the presets).
     activation_rw_per_layer: float = 24.0
     # All-reduces per layer under tensor parallelism (after attention and after the MLP).
     allreduce_per_layer: int = 2
+    # The link collectives run over: a link preset name (`servesim hardware` lists them), or
+    # bandwidth and per-hop latency given here; unset parts come from the hardware's interconnect.
+    collective_link: str | None = None
+    collective_bandwidth_gb_s: float | None = None
+    collective_latency_us: float | None = None
+    # Fixed cost of every collective besides its hops (launch, synchronisation), microseconds.
+    collective_base_latency_us: float = 0.0
     # Host link for swaps: a preset name, or a speed in GB/s (1e9 bytes/s, not gigabits).
     # Neither: the hardware's own host link preset.
     link: str | None = None
@@ -81,26 +108,39 @@ class RooflineCostModel:
         self._validate()
         m, tp = self.model, self.tensor_parallel
         h, num_layers = m.hidden_size, m.num_layers
-        q_width, kv_width = m.num_q_heads * m.head_dim, m.num_kv_heads * m.head_dim
-        # q, k, v, o projections and the three SwiGLU matrices; biases are too small to count.
-        linear_per_layer = h * q_width + 2 * h * kv_width + q_width * h + 3 * h * m.intermediate_size
         embed = m.vocab_size * h
-        non_embedding = m.num_params - embed - (0 if m.tie_word_embeddings else embed)
+        # The geometry is ModelSpec's (dense, MoE, MLA alike). Routed experts are left out of the
+        # weights every step reads: _fixed_parts adds the expected share a step's tokens activate.
+        non_embedding = m.num_params - embed - (0 if m.tie_word_embeddings else embed) - m.routed_expert_params
         wb = self.weight_dtype_bytes
+        ab = ACTIVATION_DTYPE_BYTES[self.activation_dtype]
+        kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
         link_rate, link_latency = self._link()
         consts = {
-            "_gemm_flops_per_token": 2.0 * num_layers * linear_per_layer / tp,
+            # Attention projections and the MLP (an MoE layer's router, top-k and shared experts);
+            # biases are too small to count.
+            "_gemm_flops_per_token": 2.0 * m.active_linear_params_per_token / tp,
             "_lm_head_flops_per_select": 2.0 * embed / tp,
             "_weight_bytes_no_head": non_embedding * wb / tp,
             # A tied lm_head is the embedding matrix, still read in full for the logits.
             "_weight_bytes_with_head": (non_embedding + embed) * wb / tp,
+            # One expert of every MoE layer (0.0 for a dense model).
+            "_routed_expert_bytes": m.num_moe_layers * m.params_per_expert * wb / tp,
             # Activation traffic plus the embedding row gathered for each position.
-            "_act_bytes_per_token": (self.activation_rw_per_layer * num_layers * h * wb + h * wb) / tp,
+            "_act_bytes_per_token": (self.activation_rw_per_layer * num_layers * h * ab + h * ab) / tp,
             # 4 q (c + q/2) = 2 q (2c + q): step_time sums the integer q (2c + q) exactly.
-            "_attn_flops_per_work": 2.0 * m.num_q_heads * m.head_dim * num_layers / tp,
-            "_kv_bytes_per_pos": float(
-                2 * num_layers * kv_heads_per_gpu(m, tp) * m.head_dim * self.kv_dtype_bytes),
+            # (MLA: the absorbed form's multiply-adds, ModelSpec.attention_macs_per_pair_per_layer.)
+            "_attn_flops_per_work": float(m.attention_macs_per_pair_per_layer()) * num_layers / tp,
+            # MLA: one latent per position per layer, whole on every rank.
+            "_kv_bytes_per_pos": float(num_layers * m.kv_scalars_per_token_per_layer(tp) * self.kv_dtype_bytes),
+            # Sliding-window layers (gpt-oss, Gemma, Mistral with a window) are priced apart, per layer.
+            "_window": m.sliding_window if m.num_sliding_layers else None,
+            "_num_sliding_layers": m.num_sliding_layers,
+            "_attn_flops_per_work_per_layer": float(m.attention_macs_per_pair_per_layer()) / tp,
+            "_kv_bytes_per_pos_per_layer": float(m.kv_scalars_per_token_per_layer(tp) * self.kv_dtype_bytes),
             "_compute_rate": self.hardware.peak_flops * self.mfu,
+            # GEMMs at their activation dtype's peak (the same float as _compute_rate for bf16).
+            "_gemm_compute_rate": self.hardware.compute_peak(self.activation_dtype)[1] * self.mfu,
             "_mem_rate": self.hardware.mem_bandwidth * self.mbu,
             "_comm_per_token": 0.0,
             "_comm_fixed": 0.0,
@@ -108,11 +148,20 @@ class RooflineCostModel:
             "_link_latency": link_latency,
             "_overlap": self.transfer_mode == "overlap",
         }
+        bandwidth, hop_latency = self._collective_link()
         if tp > 1:
+            # Ring all-reduce of T h a bytes: 2(tp-1) steps, each a hop latency and 1/tp of the
+            # payload each way (NCCL's ring; Patarasuk & Yuan 2009).
             num_allreduce = self.allreduce_per_layer * num_layers
             ring = 2.0 * (tp - 1) / tp
-            consts["_comm_per_token"] = num_allreduce * ring * h * wb / self.hardware.interconnect_bandwidth
-            consts["_comm_fixed"] = num_allreduce * self.hardware.interconnect_latency_s
+            consts["_comm_per_token"] = num_allreduce * ring * h * ab / bandwidth
+            consts["_comm_fixed"] = num_allreduce * (self.collective_base_latency_us * 1e-6
+                                                     + 2 * (tp - 1) * hop_latency)
+        if self.pipeline_parallel > 1:
+            # Each stage boundary sends the step's T h a bytes of activations to the next stage.
+            sends = self.pipeline_parallel - 1
+            consts["_comm_per_token"] += sends * h * ab / bandwidth
+            consts["_comm_fixed"] += sends * hop_latency
         for name, value in consts.items():
             object.__setattr__(self, name, value)
 
@@ -125,7 +174,8 @@ class RooflineCostModel:
             return transfer
         num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
         dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
-        compute = dense + self._attention_time(attn_work, sum_context + num_tokens) + comm + overhead
+        compute = self._add_overhead(dense + self._step_attention_time(plan, attn_work, sum_context + num_tokens) + comm,
+                                     overhead)
         if self._overlap:
             return max(compute, transfer)
         return compute + transfer
@@ -135,18 +185,31 @@ class RooflineCostModel:
         advanced in integers (step j adds j q_i to each context: j T to the context total and
         2 j q_i^2 to the attention work q (2c + q)), then the same float operations, a step an
         element (numpy's float64 arithmetic is the same IEEE arithmetic, in the same order)."""
+        if self._window is not None:
+            # Sliding layers cap each context at the window, so their sums do not advance linearly
+            # with the step: price each step's plan instead (what simcore.pricing does by default).
+            return [self.step_time(step_plan) for step_plan in repeat.plans()]
         plan = repeat.kept_plan()
         num_tokens, num_selecting, sum_context, attn_work, sum_squares = _sums(plan)
         dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
         # (No transfers: a repeat's plan moves no blocks; x + 0.0 and max(x, 0.0) are x.)
         steps = range(repeat.advance, repeat.advance + repeat.num_steps)
         if repeat.num_steps < MIN_STEPS_IN_ARRAYS:
-            return [dense + self._attention_time(attn_work + 2 * sum_squares * step,
-                                                 sum_context + num_tokens * step + num_tokens) + comm + overhead
+            return [self._add_overhead(dense + self._attention_time(attn_work + 2 * sum_squares * step,
+                                                                    sum_context + num_tokens * step + num_tokens) + comm,
+                                       overhead)
                     for step in steps]
         steps = np.arange(steps.start, steps.stop, dtype=np.int64)
         attention = self._attention_time(attn_work + 2 * sum_squares * steps, sum_context + num_tokens * steps + num_tokens)
-        return dense + attention + comm + overhead
+        return self._add_overhead(dense + attention + comm, overhead)
+
+    def _add_overhead(self, gpu: Any, overhead: float) -> Any:
+        """A step's device work with its CPU time: after it, or, with `async_scheduling`, hidden
+        behind the step before's device work (the scheduler runs one step ahead): the longer of
+        the two (of one step, or of steps given as an array)."""
+        if not self.async_scheduling:
+            return gpu + overhead
+        return np.maximum(gpu, overhead) if isinstance(gpu, np.ndarray) else max(gpu, overhead)
 
     def _attention_time(self, attn_work: Any, kv_positions: Any) -> Any:
         """Attention's roofline: FLOPs 2 H_Q d L sum q (2c + q) against KV bytes read and written
@@ -155,12 +218,29 @@ class RooflineCostModel:
         memory = kv_positions * self._kv_bytes_per_pos / self._mem_rate
         return np.maximum(compute, memory) if isinstance(compute, np.ndarray) else max(compute, memory)
 
+    def _step_attention_time(self, plan: StepPlan, attn_work: int, kv_positions: int) -> float:
+        """One step's attention; with sliding-window layers, full and sliding layers summed apart
+        before the roofline's max: a sliding layer's query sees at most the last `window`
+        positions (FLOPs) and reads at most `window` cached ones (bytes)."""
+        if self._window is None:
+            return self._attention_time(attn_work, kv_positions)
+        window_work, window_positions = _window_sums(plan, self._window)
+        full, sliding = self.model.num_layers - self._num_sliding_layers, self._num_sliding_layers
+        compute = (full * attn_work + sliding * window_work) * self._attn_flops_per_work_per_layer / self._compute_rate
+        memory = (full * kv_positions + sliding * window_positions) * self._kv_bytes_per_pos_per_layer / self._mem_rate
+        return max(compute, memory)
+
     def _fixed_parts(self, num_tokens: int, num_seqs: int, num_selecting: int) -> tuple[float, float, float]:
         """The dense, comm and overhead terms (they do not depend on context)."""
         weight_bytes = self._weight_bytes_with_head if num_selecting else self._weight_bytes_no_head
+        if self._routed_expert_bytes:
+            # MoE: each layer reads the distinct experts its num_tokens positions route to, in
+            # expectation under uniform routing (ModelSpec.expected_experts_activated). A repeat's
+            # steps share num_tokens, so step_time and repeat_times get the same float.
+            weight_bytes += self._routed_expert_bytes * self.model.expected_experts_activated(num_tokens)
         dense_flops = num_tokens * self._gemm_flops_per_token + num_selecting * self._lm_head_flops_per_select
         dense_bytes = weight_bytes + num_tokens * self._act_bytes_per_token
-        dense = max(dense_flops / self._compute_rate, dense_bytes / self._mem_rate)
+        dense = max(dense_flops / self._gemm_compute_rate, dense_bytes / self._mem_rate)
         comm = num_tokens * self._comm_per_token + self._comm_fixed
         overhead = self.step_overhead_s + num_seqs * self.per_seq_overhead_s
         return dense, comm, overhead
@@ -177,7 +257,7 @@ class RooflineCostModel:
         """The step's time by part (for reports and tests); their total is step_time's compute."""
         num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
         dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
-        return {"dense_s": dense, "attention_s": self._attention_time(attn_work, sum_context + num_tokens),
+        return {"dense_s": dense, "attention_s": self._step_attention_time(plan, attn_work, sum_context + num_tokens),
                 "comm_s": comm, "overhead_s": overhead, "transfer_s": self.transfer_time(plan)}
 
     # --- checks -----------------------------------------------------------------------------------
@@ -193,15 +273,46 @@ class RooflineCostModel:
             latency = self.transfer_latency_s
         return float(rate), float(latency)
 
+    def _collective_link(self) -> tuple[float, float]:
+        """(bytes/s one way, seconds per hop) of the link collectives run over."""
+        if self.collective_link is not None:
+            if self.collective_link not in LINKS:
+                raise ValueError(f"collective_link: expected one of {sorted(LINKS)}, found {self.collective_link!r}")
+            spec = LINKS[self.collective_link]
+            bandwidth, hop_latency = spec.bytes_per_s, spec.hop_latency
+        else:
+            bandwidth, hop_latency = self.hardware.interconnect_bandwidth, self.hardware.interconnect_latency_s
+        if self.collective_bandwidth_gb_s is not None:
+            bandwidth = self.collective_bandwidth_gb_s * GB
+        if self.collective_latency_us is not None:
+            hop_latency = self.collective_latency_us * 1e-6
+        return float(bandwidth), float(hop_latency)
+
     def _validate(self) -> None:
         _check_number("mfu", self.mfu, upper=1.0)
         _check_number("mbu", self.mbu, upper=1.0)
         _check_number("step_overhead_s", self.step_overhead_s, allow_zero=True)
         _check_number("per_seq_overhead_s", self.per_seq_overhead_s, allow_zero=True)
+        if not isinstance(self.async_scheduling, bool):
+            raise ValueError(f"async_scheduling: expected true or false, found {self.async_scheduling!r}")
         _check_number("activation_rw_per_layer", self.activation_rw_per_layer, allow_zero=True)
         _check_int("allreduce_per_layer", self.allreduce_per_layer, minimum=0)
         _check_int("tensor_parallel", self.tensor_parallel, minimum=1)
-        _check_int("weight_dtype_bytes", self.weight_dtype_bytes, minimum=1)
+        _check_int("pipeline_parallel", self.pipeline_parallel, minimum=1)
+        if self.model.num_layers % self.pipeline_parallel:
+            raise ValueError(f"pipeline_parallel: expected a divisor of the model's {self.model.num_layers} layers "
+                             f"(stages of equal depth), found {self.pipeline_parallel}")
+        _check_number("weight_dtype_bytes", self.weight_dtype_bytes)
+        if self.activation_dtype not in ACTIVATION_DTYPE_BYTES:
+            raise ValueError(f"activation_dtype: expected one of {sorted(ACTIVATION_DTYPE_BYTES)}, "
+                             f"found {self.activation_dtype!r}")
+        if self.collective_link is not None and not isinstance(self.collective_link, str):
+            raise ValueError(f"collective_link: expected a link preset name, found {self.collective_link!r}")
+        if self.collective_bandwidth_gb_s is not None:
+            _check_number("collective_bandwidth_gb_s", self.collective_bandwidth_gb_s)
+        if self.collective_latency_us is not None:
+            _check_number("collective_latency_us", self.collective_latency_us, allow_zero=True)
+        _check_number("collective_base_latency_us", self.collective_base_latency_us, allow_zero=True)
         _check_int("kv_dtype_bytes", self.kv_dtype_bytes, minimum=1)
         if self.link is not None and self.link_gbps is not None:
             raise ValueError("link and link_gbps: give one host link, not both")
@@ -232,6 +343,23 @@ def _sums(plan: StepPlan) -> tuple[int, int, int, int, int]:
         if seq.selects_token:
             num_selecting += 1
     return num_tokens, num_selecting, sum_context, attn_work, sum_squares
+
+
+def _window_sums(plan: StepPlan, window: int) -> tuple[int, int]:
+    """A sliding layer's attention work and KV positions read plus written, for `plan`.
+
+    Work is the full layers' q (2c + q) with each query's keys capped at the window: new position
+    j (1..q) of a sequence sees min(c + j, window) keys, and 2 sum_j min(c + j, window) - q equals
+    q (2c + q) when the window holds them all. Reads are min(c, window) cached positions.
+    """
+    work = positions = 0
+    pairs = [(c, 1) for c in plan.decodes.context_lens]
+    pairs += [(seq.context_len, seq.num_new_tokens) for seq in plan.listed]
+    for context, new in pairs:
+        inside = max(0, min(new, window - context))  # new positions whose keys all fit the window
+        work += 2 * inside * context + inside * (inside + 1) + 2 * (new - inside) * window - new
+        positions += min(context, window) + new
+    return work, positions
 
 
 def _check_number(name: str, value: Any, *, upper: float | None = None, allow_zero: bool = False) -> None:
@@ -270,11 +398,12 @@ def make_roofline(params: dict, ctx: CostContext) -> RooflineCostModel:
         params = dict(params)
         path = resolve_calibration_path(params.pop("calibration"), ctx.source, "cost_model.calibration")
         params = {**load_calibration(path, hardware=ctx.hardware_name, source=source), **params}
-    hardware = get_hardware(ctx.hardware_name, source=ctx.source)
+    hardware = ctx.hardware if ctx.hardware is not None else get_hardware(ctx.hardware_name, source=ctx.source)
     try:
         return RooflineCostModel(
             model=ctx.model, hardware=hardware, weight_dtype_bytes=ctx.weight_dtype_bytes,
-            kv_dtype_bytes=ctx.kv_dtype_bytes, tensor_parallel=ctx.tensor_parallel, **params,
+            kv_dtype_bytes=ctx.kv_dtype_bytes, tensor_parallel=ctx.tensor_parallel,
+            activation_dtype=ctx.activation_dtype, pipeline_parallel=ctx.pipeline_parallel, **params,
         )
     except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc), source=source, where="cost_model") from None

@@ -6,7 +6,8 @@ roofline costs, chunked prefill with chunks of 512): one engine with 10,000 requ
 N replicas behind each router with N x 10,000 requests at N times the rate (the trace's
 (prompt, output) pairs resampled), and a disaggregated cluster (N/4 prefill, 3N/4 decode
 replicas, InfiniBand links). Each case runs in this process, best of `--repeat`, the cases
-taking turns; `x one` is its wall time over the single engine's.
+taking turns; `x one` is its wall time over the single engine's, `cpu x one` the same of the
+process's CPU time (user and system), which another process busy on the machine moves less.
 
     python benchmarks/cluster_speed.py                        # 8 replicas, every router
     python benchmarks/cluster_speed.py --replicas 8 --routers round_robin least_outstanding --repeat 3
@@ -51,13 +52,13 @@ def case(num_replicas: int, per_replica: int, router: str | None, disaggregated:
     return exp
 
 
-def timed(exp: dict) -> tuple[float, int, int]:
-    """(wall seconds, requests finished, steps) of one run, without writing anything."""
-    started = time.perf_counter()
+def timed(exp: dict) -> tuple[float, float, int, int]:
+    """(wall seconds, CPU seconds, requests finished, steps) of one run, without writing anything."""
+    started, cpu_started = time.perf_counter(), time.process_time()
     run = run_experiment(Experiment.model_validate(exp))
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     (policy_run,) = run.runs
-    return wall, policy_run.summary["completed"], policy_run.summary["num_steps"]
+    return wall, cpu, policy_run.summary["completed"], policy_run.summary["num_steps"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,17 +76,17 @@ def main(argv: list[str] | None = None) -> int:
         num_prefill = max(1, args.replicas // 4)
         cases.append((f"{num_prefill}P:{args.replicas - num_prefill}D round_robin",
                       case(args.replicas, args.requests_per_replica, "round_robin", disaggregated=True)))
-    best: dict[str, tuple[float, int, int]] = {}
+    best: dict[str, tuple[float, float, int, int]] = {}
     for _ in range(args.repeat):
         for name, exp in cases:
             result = timed(exp)
             if name not in best or result[0] < best[name][0]:
                 best[name] = result
-    one = best["one engine"][0]
-    print(f"{'case':<32} {'wall s':>8} {'x one':>7} {'finished':>9} {'steps':>10}")
+    one, one_cpu = best["one engine"][:2]
+    print(f"{'case':<32} {'wall s':>8} {'x one':>7} {'cpu s':>8} {'cpu x one':>9} {'finished':>9} {'steps':>10}")
     for name, _ in cases:
-        wall, finished, steps = best[name]
-        print(f"{name:<32} {wall:8.2f} {wall / one:7.2f} {finished:9d} {steps:10d}")
+        wall, cpu, finished, steps = best[name]
+        print(f"{name:<32} {wall:8.2f} {wall / one:7.2f} {cpu:8.2f} {cpu / one_cpu:9.2f} {finished:9d} {steps:10d}")
     return 0
 
 

@@ -10,10 +10,14 @@ On one H200, within `--deadline-s` (default 530 s; the device tool allows 600):
      256-request burst in output tokens/s against its own bound (prompt FLOPs at peak plus decode
      bytes at HBM bandwidth)
   3. transformers on the same decode shapes (random weights, a KV cache filled at random)
-  4. servesim profile (CUDA graphs on) -> calibrate -> the simulated saturation throughput ->
+  4. prefill: what a prompt shape costs the first time the engine meets it against a repeat, with
+     cuDNN attention excluded (the engine's default) and allowed, and which SDPA kernel torch picks
+     for each attention form of prompt pieces (the first H200 run's prefill steps paid a cuDNN plan
+     build at almost every new prompt length)
+  5. servesim profile (CUDA graphs on) -> calibrate -> the simulated saturation throughput ->
      servesim validate at a light, a near-saturation and an overloaded rate (CUDA graphs on),
      against the profiled table and the calibrated roofline
-  5. a summary against the targets (summary.json, printed)
+  6. a summary against the targets (summary.json, printed)
 
 Every measurement is one JSON line in OUT/measurements.jsonl (and EXPORT/measurements.jsonl),
 flushed as it is taken, so a run cut short still returns what it measured. A stage that fails
@@ -22,6 +26,9 @@ stopped there (either way the exit status is 1).
 
     PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --out results/gpu --export $OUT
     python benchmarks/gpu_check.py --tiny --device cpu --out /tmp/gpu   # the whole sequence on a CPU
+    # about 5 minutes: the CUDA tests, the prefill costs and the fidelity chain only
+    PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --stages cuda-tests,prefill,profile,validate \
+        --out results/gpu --export $OUT
 
 Only the standard library is imported before the dependency check.
 """
@@ -59,6 +66,8 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
 }
 
 TARGETS = {"profiled": 0.03, "roofline": 0.15}
+# Stages --stages and --skip name; validate includes calibrate and capacity, "fidelity" means profile and validate.
+STAGES = ("cuda-tests", "engine", "transformers", "prefill", "profile", "validate")
 RATE_FACTORS = {"light": 0.3, "near_saturation": 0.9, "overloaded": 1.5}
 HBM_BYTES_PER_S = 4.8e12  # H200 datasheet
 
@@ -212,8 +221,8 @@ TINY = Sizes(
 )
 
 # Longest each stage may run (seconds), on top of the overall deadline.
-STAGE_LIMITS = {"cuda tests": 150, "engine eager": 150, "engine graphs": 180, "transformers": 120, "profile": 180,
-                "validate": 240}
+STAGE_LIMITS = {"cuda tests": 150, "engine eager": 150, "engine graphs": 180, "transformers": 120, "prefill": 150,
+                "profile": 180, "validate": 240}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,8 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-requests", type=int, default=None, help="requests per validate run")
     p.add_argument("--rates", default=None, help="comma-separated arrival rates (req/s) instead of the "
                    "light/near-saturation/overloaded ones derived from the simulated capacity")
-    p.add_argument("--skip", default="", help="comma-separated stages to leave out: cuda-tests, engine, "
-                   "transformers, fidelity")
+    p.add_argument("--stages", default="all", help=f"comma-separated stages to run (default all): {', '.join(STAGES)}; "
+                   "'fidelity' is profile,validate (validate needs profile or --profile)")
+    p.add_argument("--skip", default="", help="comma-separated stages to leave out (names as for --stages)")
+    p.add_argument("--rate-names", default=None, help="comma-separated validate loads to run, of "
+                   f"{', '.join(RATE_FACTORS)} (default all)")
     p.add_argument("--no-registry", action="store_true", help="install missing dependencies from the wheels only")
     p.add_argument("--stage", default=None, help=argparse.SUPPRESS)  # a child process runs one stage
     return p
@@ -251,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = Lines(files, started, fresh=True)
     lines.write({"kind": "start", "argv": sys.argv[1:] if argv is None else argv, "python": sys.version.split()[0],
                  "device": device, "model": sizes.model, "deadline_s": args.deadline_s})
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    skip = set(STAGES) - selected_stages(args.stages, args.skip)
+    if "validate" not in skip and "profile" in skip and args.profile is None:
+        raise SystemExit("the validate stage needs a profile: select the profile stage too, or pass --profile")
     summary: dict = {"device": device, "model": sizes.model, "stages": {}, "runs": []}
     ok = True
 
@@ -292,8 +306,11 @@ def main(argv: list[str] | None = None) -> int:
             lines.write({"kind": "skipped", "what": "engine with cuda graphs", "why": "needs CUDA"})
     if "transformers" not in skip:
         stage("transformers", lambda t: _child("transformers", args, t, out), STAGE_LIMITS["transformers"])
-    if "fidelity" not in skip:
-        fidelity(args, sizes, device, out, summary, stage, left, lines)
+    if "prefill" not in skip:
+        stage("prefill", lambda t: _child("prefill", args, t, out), STAGE_LIMITS["prefill"])
+    if "validate" not in skip or "profile" not in skip:
+        fidelity(args, sizes, device, out, summary, stage, left, lines, validate="validate" not in skip,
+                 profile_stage="profile" not in skip)
     summary["seconds"] = round(time.time() - started, 1)
     summary["measurements"] = read_lines(out / "measurements.jsonl")
     table, verdicts = summarize(summary)
@@ -305,6 +322,22 @@ def main(argv: list[str] | None = None) -> int:
         export(out, args.export)
     lines.write({"kind": "end", "ok": ok, "seconds": summary["seconds"]})
     return 0 if ok else 1
+
+
+def selected_stages(stages: str, skip: str = "") -> set[str]:
+    """The stages to run: --stages (all, or names; 'fidelity' is profile and validate) less --skip."""
+
+    def names(text: str) -> set[str]:
+        out: set[str] = set()
+        for name in (n.strip() for n in text.split(",") if n.strip()):
+            expanded = set(STAGES) if name == "all" else {"profile", "validate"} if name == "fidelity" else {name}
+            unknown = expanded - set(STAGES)
+            if unknown:
+                raise SystemExit(f"unknown stage {name!r}; expected some of {', '.join(STAGES)}, all or fidelity")
+            out |= expanded
+        return out
+
+    return names(stages) - names(skip)
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -385,6 +418,8 @@ def run_child(name: str, lines: Lines, sizes: Sizes, device: str) -> int:
         engine_stage(lines, sizes, device, graphs=name == "engine-graphs")
     elif name == "transformers":
         transformers_stage(lines, sizes, device)
+    elif name == "prefill":
+        prefill_stage(lines, sizes, device)
     else:
         raise SystemExit(f"unknown stage {name!r}")
     return 0
@@ -419,6 +454,108 @@ def engine_stage(lines: Lines, sizes: Sizes, device: str, graphs: bool) -> None:
         lines.write({"kind": "decode", **mode, "batch": b, "context": c, "step_s": wall, "gpu_s": gpu,
                      "roofline_hbm_s": roof, "x_roofline": wall / roof})
     lines.write({"kind": "burst", **mode, **bench.run_burst(cost_model, spec, burst, dtype_bytes)})
+
+
+def sdpa_forms(spec, device: str, dtype, query_len: int, key_len: int) -> dict:  # noqa: ANN001
+    """The SDPA calls a prompt piece makes, as (q, k, v, mask, is_causal, enable_gqa), in the engine's layouts."""
+    import torch
+
+    from backends.torch.attention import repeat_heads
+
+    hq, hkv, d = spec.num_q_heads, spec.num_kv_heads, spec.head_dim
+
+    def heads(n: int, length: int):  # noqa: ANN202 - [1, H, L, d] as a transposed [1, L, H, d], like the engine's
+        return torch.randn(1, length, n, d, device=device, dtype=dtype).transpose(1, 2)
+
+    q, k, v = heads(hq, query_len), heads(hkv, key_len), heads(hkv, key_len)
+    positions = torch.arange(key_len - query_len, key_len, device=device)
+    mask = (torch.arange(key_len, device=device)[None, :] <= positions[:, None])[None, None]
+    fresh = (q, heads(hkv, query_len), heads(hkv, query_len), None, True, hq != hkv)
+    return {"fresh piece (is_causal)": fresh,
+            "continued piece (mask, grouped heads)": (q, k, v, mask, False, hq != hkv),
+            "continued piece (mask, repeated K/V)": (q, repeat_heads(k, hq // hkv), repeat_heads(v, hq // hkv), mask,
+                                                     False, False)}
+
+
+def sdpa_choice(q, k, v, mask, is_causal: bool, enable_gqa: bool) -> str:  # noqa: ANN001
+    """The SDPA kernel torch would run for these inputs under the current backend settings."""
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    try:
+        index = torch._fused_sdp_choice(q, k, v, mask, 0.0, is_causal, scale=None, enable_gqa=enable_gqa)
+    except Exception as exc:  # noqa: BLE001 - a private API: report what it said instead of failing the stage
+        return f"unknown ({type(exc).__name__})"
+    return next((name for name, b in SDPBackend.__members__.items() if int(b) == int(index)), str(index))
+
+
+def prefill_stage(lines: Lines, sizes: Sizes, device: str) -> None:
+    """What a prompt shape costs the first time the engine meets it, against a repeat, with cuDNN attention
+    excluded (the engine's default) and allowed; and the SDPA kernel torch picks for each prompt-piece form.
+
+    Each mode gets its own prompt lengths and contexts (cuDNN's plan cache is per process), and one untimed
+    shape first, so that neither pays library start-up in its timed first calls."""
+    import statistics
+
+    import torch
+
+    from backends.base import CostContext
+    from backends.torch.attention import sdpa_backends
+    from backends.torch.factory import make_torch
+    from backends.torch.profile import ShapeRunner, StepShape
+    from simcore.presets import get_model
+
+    spec = get_model(sizes.model)
+    base = int(sizes.prompt["median"])
+    chunk = int(next((p["chunk_size"] for p in sizes.policies if "chunk_size" in p), base))
+    count, repeats = (6, 3) if sizes.model != "tiny-llama" else (2, 1)
+
+    def shapes(mode: int) -> list[tuple[str, StepShape]]:
+        # Odd lengths and contexts no warm-up, profile or other mode uses.
+        offsets = [7 * (2 * i + mode) + 3 for i in range(count + 1)]
+        fresh = [("fresh", StepShape("prefill", prefill=((base + o, 0),))) for o in offsets]
+        continued = [("continued", StepShape("prefill", prefill=((chunk, base + 2 * o),))) for o in offsets]
+        # A first chunk (a shape met before) beside decode rows of a new count and table width: what is
+        # new here is the GEMMs' row count and the eager Triton decode call's arguments.
+        mixed = [("mixed", StepShape("mixed", prefill=((chunk, 0),), decodes=(base + 16 * o,) * (1 + o % 16)))
+                 for o in offsets]
+        return fresh + continued + mixed
+
+    blocks = max(shape.num_blocks(16) for mode in (0, 1) for _, shape in shapes(mode))
+    ctx = CostContext(model=spec, hardware_name=device, block_size=16, num_blocks=blocks + 1)
+    graphs = device.startswith("cuda")
+    cost_model = make_torch({"device": device, "dtype": sizes.dtype, "cuda_graphs": graphs}, ctx)
+    runner = ShapeRunner(cost_model)
+    info = {"model": spec.name, "dtype": sizes.dtype, "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version() if graphs else None}
+    for mode, allow in enumerate((False, True)):
+        cost_model.engine.allow_cudnn_attention = allow
+        firsts: dict[str, list[float]] = {"fresh": [], "continued": [], "mixed": []}
+        again: dict[str, list[float]] = {"fresh": [], "continued": [], "mixed": []}
+        for n, (form, shape) in enumerate(shapes(mode)):
+            first, first_gpu = runner.run_once(shape)
+            if n % (count + 1) == 0:
+                continue  # the untimed shape of each form
+            walls = [runner.run_once(shape)[0] for _ in range(repeats)]
+            ((q, c),) = shape.prefill
+            lines.write({"kind": "prefill_first_call", **info, "allow_cudnn": allow, "form": form, "tokens": q,
+                         "context": c, "decode_rows": len(shape.decodes), "first_s": first, "first_gpu_s": first_gpu,
+                         "repeat_s": statistics.median(walls)})
+            firsts[form].append(first)
+            again[form].append(statistics.median(walls))
+        for form in firsts:
+            lines.write({"kind": "prefill_first_call_summary", **info, "allow_cudnn": allow, "form": form,
+                         "shapes": len(firsts[form]), "first_median_s": statistics.median(firsts[form]),
+                         "repeat_median_s": statistics.median(again[form]),
+                         "first_over_repeat": statistics.median(f / r for f, r in zip(firsts[form], again[form],
+                                                                                      strict=True))})
+    dtype = cost_model.engine.model.dtype
+    for form, args in sdpa_forms(spec, device, dtype, chunk, chunk + base).items():
+        chosen = {"torch default": sdpa_choice(*args)}
+        with sdpa_backends(torch.device(device)):
+            chosen["engine (no cuDNN)"] = sdpa_choice(*args)
+        lines.write({"kind": "sdpa_choice", **info, "form": form, "query_len": chunk, "key_len": chunk + base,
+                     **chosen})
 
 
 def transformers_stage(lines: Lines, sizes: Sizes, device: str) -> None:
@@ -479,16 +616,21 @@ def transformers_stage(lines: Lines, sizes: Sizes, device: str) -> None:
 # --- fidelity: profile, calibrate, capacity, validate ---------------------------------------------------
 
 
-def fidelity(args, sizes: Sizes, device: str, out: Path, summary: dict, stage, left, lines: Lines) -> None:  # noqa: ANN001
+def fidelity(args, sizes: Sizes, device: str, out: Path, summary: dict, stage, left, lines: Lines, *,  # noqa: ANN001
+             validate: bool = True, profile_stage: bool = True) -> None:
     graphs = device.startswith("cuda")
     profile = args.profile
-    if profile is None:
+    if profile is None and profile_stage:
         profile = stage("profile", lambda t: _profile(out, device, sizes, graphs, t, args.export), STAGE_LIMITS["profile"])
+    elif profile is None:
+        lines.write({"kind": "skipped", "what": "validate", "why": "no profile: run the profile stage or pass --profile"})
+        return
     calib = stage("calibrate", lambda _: _calibrate(out, profile, sizes)) if profile else None
-    if profile is None:
+    if profile is None or not validate:
         return
     rates = [float(r) for r in args.rates.split(",")] if args.rates else None
-    plan = stage("capacity", lambda _: _rates(out, profile, sizes, rates, args.num_requests, lines))
+    names = [n.strip() for n in args.rate_names.split(",") if n.strip()] if args.rate_names else None
+    plan = stage("capacity", lambda _: _rates(out, profile, sizes, rates, args.num_requests, lines, names))
     for rate_name, rate, num_requests in plan or ():
         name = f"validate {rate_name} ({rate:.3g} req/s)"
         report = stage(name, lambda t, r=rate, n=rate_name, k=num_requests: _validate(
@@ -533,8 +675,9 @@ def experiment(sizes: Sizes, rate: float, num_requests: int, profile: Path) -> d
 
 
 def _rates(out: Path, profile: Path, sizes: Sizes, given: list[float] | None, num_requests: int | None,
-           lines: Lines) -> list[tuple[str, float, int]]:
-    """(name, rate, requests) per validate run: from the profiled model's simulated saturation."""
+           lines: Lines, names: list[str] | None = None) -> list[tuple[str, float, int]]:
+    """(name, rate, requests) per validate run: from the profiled model's simulated saturation (the loads
+    `names` of RATE_FACTORS only, when given)."""
     n = num_requests or sizes.num_requests
     if given:
         return [(f"rate_{r:g}", r, n) for r in given]
@@ -547,8 +690,13 @@ def _rates(out: Path, profile: Path, sizes: Sizes, given: list[float] | None, nu
     (out / "capacity.json").write_text(json.dumps(capacity))
     lines.write({"kind": "capacity", "request_throughput": capacity})
     lowest = min(capacity.values())
+    unknown = set(names or ()) - set(RATE_FACTORS)
+    if unknown:
+        raise ValueError(f"unknown load {sorted(unknown)}; expected some of {', '.join(RATE_FACTORS)}")
     plan = []
     for name, factor in RATE_FACTORS.items():
+        if names is not None and name not in names:
+            continue
         rate = lowest * factor
         count = n if name != "light" else max(min(n, int(math.ceil(rate * sizes.light_max_duration_s))), 8)
         plan.append((name, rate, count))
@@ -589,10 +737,12 @@ def fidelity_rows(rate_name: str, rate: float, report: dict) -> list[dict]:
             checks = [*errors, unseen if name == "profiled" else step_all]
             verdict = "ok" if all(_verdict(v, target) == "ok" for v in checks) else (
                 "n/a" if any(v is None for v in checks) else "MISS")
+            prompt = steps.get("prompt", {})
             rows.append({"rate": rate_name, "rate_req_s": rate, "policy": label, "against": name, "verdict": verdict,
                          "target": target,
                          "errors": dict(zip(("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90"), errors, strict=True)),
-                         "step_median_abs": step_all, "step_median_abs_unseen": unseen})
+                         "step_median_abs": step_all, "step_median_abs_unseen": unseen,
+                         "prompt_time_share": prompt.get("time_share"), "prompt_time_error": prompt.get("time_rel_error")})
     return rows
 
 
@@ -605,8 +755,10 @@ def _verdict(value: float | None, target: float) -> str:
 def summarize(summary: dict) -> tuple[str, list[dict]]:
     """The measurements as tables: decode steps, bursts, fidelity against the targets, stages."""
     ms = summary.get("measurements", [])
-    lines = ["decode step (median): ms, and x the HBM roofline (weights + KV read at 4.8 TB/s)"]
+    lines = []
     decode = [m for m in ms if m.get("kind") == "decode"]
+    if decode:
+        lines.append("decode step (median): ms, and x the HBM roofline (weights + KV read at 4.8 TB/s)")
     names = []
     for m in decode:
         key = (m["engine"], bool(m.get("cuda_graphs")))
@@ -614,7 +766,7 @@ def summarize(summary: dict) -> tuple[str, list[dict]]:
             names.append(key)
     label = {k: f"{k[0]}{' graphs' if k[1] else (' eager' if k[0] == 'servesim' else '')}" for k in names}
     head = f"{'batch':>5s} {'context':>7s} {'roofline ms':>11s} " + " ".join(f"{label[k]:>22s}" for k in names)
-    lines += [head, "-" * len(head)]
+    lines += [head, "-" * len(head)] if decode else []
     for b, c in sorted({(m["batch"], m["context"]) for m in decode}):
         row = {(m["engine"], bool(m.get("cuda_graphs"))): m for m in decode if (m["batch"], m["context"]) == (b, c)}
         roof = next(iter(row.values()))["roofline_hbm_s"]
@@ -625,15 +777,27 @@ def summarize(summary: dict) -> tuple[str, list[dict]]:
         lines.append(f"burst ({'graphs' if m['cuda_graphs'] else 'eager'}): {m['case']}: "
                      f"{m['output_tokens_per_s']:.0f} output tok/s, bound {m['bound_output_tokens_per_s']:.0f} "
                      f"({m['x_bound']:.1f}x the bound's time), {m['steps']} steps")
+    first_calls = [m for m in ms if m.get("kind") == "prefill_first_call_summary"]
+    if first_calls:
+        lines += ["", "prefill steps on new prompt shapes: median ms of the first call and of repeats"]
+        for m in first_calls:
+            lines.append(f"  {m['form']:9s} cuDNN attention {'allowed ' if m['allow_cudnn'] else 'excluded'}: first "
+                         f"{m['first_median_s'] * 1e3:8.2f}, repeat {m['repeat_median_s'] * 1e3:8.2f} "
+                         f"({m['first_over_repeat']:.2f}x, {m['shapes']} shapes)")
+    for m in (m for m in ms if m.get("kind") == "sdpa_choice"):
+        lines.append(f"  SDPA kernel, {m['form']}: torch default {m['torch default']}, engine {m['engine (no cuDNN)']}")
     verdicts = [m for m in ms if m.get("kind") == "fidelity"]
     head = (f"{'load':16s} {'req/s':>7s} {'policy':16s} {'vs':9s} {'TTFT p50':>9s} {'TTFT p90':>9s} {'TPOT p50':>9s} "
-            f"{'TPOT p90':>9s} {'step med':>9s} {'(unseen)':>9s} {'target':>7s}  verdict")
+            f"{'TPOT p90':>9s} {'step med':>9s} {'(unseen)':>9s} {'prompt t':>8s} {'(error)':>8s} {'target':>7s}  verdict")
     lines += ["", "fidelity summary: (predicted - measured) / measured; step med = median |error| of the real "
-              "run's steps, unseen = on shapes not in the profile", head, "-" * len(head)]
+              "run's steps, unseen = on shapes not in the profile; prompt t = the share of the run's time in prefill and mixed steps "
+              "(error = of their summed time)", head, "-" * len(head)]
     for v in verdicts:
         cells = " ".join(f"{_fmt(e, signed=True):>9s}" for e in v["errors"].values())
         lines.append(f"{v['rate']:16s} {v['rate_req_s']:7.3g} {v['policy']:16s} {v['against']:9s} {cells} "
-                     f"{_fmt(v['step_median_abs']):>9s} {_fmt(v['step_median_abs_unseen']):>9s} {v['target']:>7.0%}  "
+                     f"{_fmt(v['step_median_abs']):>9s} {_fmt(v['step_median_abs_unseen']):>9s} "
+                     f"{_fmt(v.get('prompt_time_share')):>8s} {_fmt(v.get('prompt_time_error'), signed=True):>8s} "
+                     f"{v['target']:>7.0%}  "
                      f"{v['verdict']}")
     for run in summary["runs"]:
         if not run.get("report"):

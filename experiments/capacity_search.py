@@ -134,7 +134,8 @@ def choose_param(data: dict[str, Any], *, source: str | None) -> str:
     """What the search varies when --param is not given: closed-loop clients' concurrency;
     else `arrivals.rate` where the workload draws arrivals (synthetic, sessions, ShareGPT, a
     trace with lengths_only), else a timed trace's `target_rate`."""
-    if isinstance(data.get("clients"), dict):
+    clients = data.get("clients")
+    if isinstance(clients, dict) and clients.get("concurrency") is not None:  # (timeouts alone: open loop)
         return CONCURRENCY_PATH
     workload = data.get("workload")
     workload = workload if isinstance(workload, dict) else {}

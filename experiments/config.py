@@ -13,6 +13,7 @@ from simcore.decode_blocks import MAX_BLOCK_SIZE
 from simcore.errors import ConfigError
 from simcore.hf_config import context_length
 from simcore.model import DTYPE_BYTES, ModelSpec
+from simcore.precision import ACTIVATION_DTYPE_BYTES, WEIGHT_DTYPE_BYTES, default_activation_dtype
 from simcore.validate import apply_override, config_error_from_pydantic, load_yaml_mapping, set_path
 from workloads.spec import WorkloadSpec
 
@@ -155,6 +156,12 @@ class MetricsConfig(Strict):
     # Selection/delivery time after the step that selects an output (TTFT's third term).
     delivery_ms: float = Field(0.0, ge=0)
     slo: SLOConfig = Field(default_factory=SLOConfig)
+    warmup_requests: int = Field(0, ge=0, description=(
+        "the first this many requests sent (by arrival) are left out of the summaries: the warm-up, before "
+        "the engine reaches its steady state (genai-perf's --warmup-request-count); the tables keep them"))
+    cooldown_requests: int = Field(0, ge=0, description=(
+        "the last this many requests sent are left out of the summaries too: the cool-down, as the load "
+        "drains (with closed-loop clients, fewer are out than the clients)"))
 
 
 class LimitsConfig(Strict):
@@ -230,10 +237,46 @@ class KVLinkConfig(Strict):
                         preset.latency_s if self.latency_us is None else self.latency_us * 1e-6)
 
 
+class ReplicaKVConfig(Strict):
+    num_blocks: int | None = Field(None, ge=1, description="device KV blocks (default: kv_cache.num_blocks, or "
+                                   "derived from this replica's memory)")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    host_memory_gib: float | None = Field(None, ge=0)
+
+
+class ReplicaSettings(Strict):
+    """What a kind of replica changes from the experiment's own settings (unset: the experiment's)."""
+
+    hardware: str | dict[str, Any] | None = Field(None, description="a preset name or a hardware mapping")
+    tensor_parallel: int | None = Field(None, ge=1)
+    pipeline_parallel: int | None = Field(None, ge=1)
+    kv_cache: ReplicaKVConfig | None = Field(None, description="its KV cache's size (the block size and dtype "
+                                             "are the cluster's: blocks move between replicas unchanged)")
+    cost_model: CostModelConfig | None = Field(None, description="its cost model, in place of the experiment's")
+
+    def applied_to(self, exp: Experiment) -> Experiment:
+        """`exp` with these changes (each value was checked as the experiment's own would be)."""
+        changes: dict[str, Any] = {name: getattr(self, name) for name in ("hardware", "tensor_parallel",
+                                   "pipeline_parallel", "cost_model") if getattr(self, name) is not None}
+        if self.kv_cache is not None:
+            changes["kv_cache"] = exp.kv_cache.model_copy(update=self.kv_cache.model_dump(exclude_none=True))
+        return exp.model_copy(update=changes)
+
+
+class ReplicaGroup(ReplicaSettings):
+    replicas: int = Field(ge=1, le=256, description="replicas of this kind")
+
+
 class ClusterConfig(Strict):
     replicas: int | None = Field(None, ge=1, le=256, description=(
         "identical replicas of the engine behind `router`, each its own policy, KV cache and cost model "
         "(default 1)"))
+    groups: list[ReplicaGroup] | None = Field(None, min_length=1, description=(
+        "replicas that differ (hardware, parallelism, KV cache, cost model), a group of each kind, in "
+        "place of `replicas`: [{replicas: 2, hardware: h200}, {replicas: 2, hardware: a100-80gb}]"))
+    prefill: ReplicaSettings | None = Field(None, description="disaggregated: what the prefill replicas change "
+                                            "from the experiment's settings (e.g. their hardware)")
+    decode: ReplicaSettings | None = Field(None, description="disaggregated: what the decode replicas change")
     router: RouterConfig = Field(default_factory=RouterConfig, description="picks the replica (the prefill "
                                  "replica, when disaggregated) each request goes to")
     prefill_replicas: int | None = Field(None, ge=1, le=256, description="disaggregated: replicas that prefill "
@@ -257,7 +300,25 @@ class ClusterConfig(Strict):
         if not self.disaggregated and (self.decode_router is not None or self.link is not None):
             raise ValueError("decode_router and link are read only by a disaggregated cluster "
                              "(prefill_replicas and decode_replicas)")
+        if not self.disaggregated and (self.prefill is not None or self.decode is not None):
+            raise ValueError("prefill and decode settings are read only by a disaggregated cluster "
+                             "(prefill_replicas and decode_replicas); replicas that differ are `groups`")
+        if self.groups is not None:
+            if self.replicas is not None or self.disaggregated:
+                raise ValueError("give groups (replicas of each kind) in place of replicas, and not in a "
+                                 "disaggregated cluster (there: prefill and decode settings)")
+            if sum(group.replicas for group in self.groups) > 256:
+                raise ValueError("at most 256 replicas in all")
         return self
+
+    def replica_settings(self) -> list[ReplicaSettings | None]:
+        """Each replica's changes from the experiment's settings (None: none), in replica order
+        (a disaggregated cluster's prefill replicas first)."""
+        if self.groups is not None:
+            return [group for group in self.groups for _ in range(group.replicas)]
+        if self.disaggregated:
+            return [self.prefill] * self.prefill_replicas + [self.decode] * self.decode_replicas  # type: ignore[operator]
+        return [None] * self.num_replicas
 
     @property
     def disaggregated(self) -> bool:
@@ -267,16 +328,30 @@ class ClusterConfig(Strict):
     def num_replicas(self) -> int:
         if self.disaggregated:
             return self.prefill_replicas + self.decode_replicas  # type: ignore[operator]
+        if self.groups is not None:
+            return sum(group.replicas for group in self.groups)
         return self.replicas if self.replicas is not None else 1
 
 
 class ClientsConfig(Strict):
-    concurrency: int = Field(ge=1, le=1_000_000, description=(
+    concurrency: int | None = Field(None, ge=1, le=1_000_000, description=(
         "closed loop: this many clients send the workload's requests in order, each its next one when its "
-        "last came back (vllm bench serve --max-concurrency); the workload's arrival times are not read"))
-    think_time_s: float = Field(0.0, ge=0, description="time between a request coming back and its client's "
-                                "next one (the mean, when exponential)")
+        "last came back (vllm bench serve --max-concurrency); the workload's arrival times are not read. "
+        "Unset: open loop, at the workload's arrival times"))
+    think_time_s: float = Field(0.0, ge=0, description="closed loop: time between a request coming back and "
+                                "its client's next one (the mean, when exponential)")
     think_time: Literal["fixed", "exponential"] = "fixed"
+    timeout_s: float | None = Field(None, gt=0, description=(
+        "a client gives up on a request not finished this long after it sent it: the request leaves the "
+        "engine, its KV blocks freed, and counts as timed_out (a closed-loop client then sends its next)"))
+
+    @model_validator(mode="after")
+    def _think_time_needs_a_closed_loop(self) -> ClientsConfig:
+        if self.concurrency is None and {"think_time_s", "think_time"} & self.model_fields_set:
+            raise ValueError("think_time_s and think_time are read only by closed-loop clients (concurrency)")
+        if self.concurrency is None and self.timeout_s is None:
+            raise ValueError("clients: give concurrency (closed loop), timeout_s, or both")
+        return self
 
 
 class Experiment(Strict):
@@ -287,9 +362,16 @@ class Experiment(Strict):
     seed: int = Field(0, ge=0)
     # Model preset name, or a path to a Hugging Face config.json (relative to this file).
     model: str = "llama-3.1-8b"
-    hardware: str = "h100-sxm"
+    hardware: str | dict[str, Any] = "h100-sxm"
     tensor_parallel: int = Field(1, ge=1)
-    weight_dtype: str = "bf16"
+    pipeline_parallel: int = Field(1, ge=1, description=(
+        "Pipeline stages the layers are split over (a divisor of the model's layers): weights and KV per GPU "
+        "divide by it; a step runs through every stage in turn, one batch in flight (docs/cost-models.md)"))
+    weight_dtype: str = Field("bf16", description=(
+        "Weight scalar type: bytes per parameter for memory and roofline traffic (fp4 and int4: 0.5)"))
+    activation_dtype: str | None = Field(None, description=(
+        "The GEMMs' compute dtype, whose tensor-core peak prices dense FLOPs; unset: fp8 and int8 weights "
+        "run W8A8 (activations of their type), 4-bit weights weight-only (bf16), others their own type"))
     kv_cache: KVCacheConfig = Field(default_factory=KVCacheConfig)
     workload: WorkloadSpec
     cost_model: CostModelConfig = Field(default_factory=CostModelConfig)
@@ -299,7 +381,7 @@ class Experiment(Strict):
     cluster: ClusterConfig | None = Field(None, description="several replicas behind a router, or prefill and "
                                           "decode replicas (docs/cluster.md); none: one engine")
     clients: ClientsConfig | None = Field(None, description="closed-loop clients instead of the workload's "
-                                          "arrival times")
+                                          "arrival times, and clients that give up (timeout_s)")
     output: OutputConfig = Field(default_factory=OutputConfig)
     # Sweeps (servesim sweep): dotted path -> list of values, plus optional `mode: product|zip`;
     # checked by experiments.sweep, which expands them into points.
@@ -310,7 +392,17 @@ class Experiment(Strict):
     @field_validator("weight_dtype")
     @classmethod
     def _known_weight_dtype(cls, value: str) -> str:
-        return one_of(value, DTYPE_BYTES, "weight dtype")
+        return one_of(value, WEIGHT_DTYPE_BYTES, "weight dtype")
+
+    @field_validator("activation_dtype")
+    @classmethod
+    def _known_activation_dtype(cls, value: str | None) -> str | None:
+        return value if value is None else one_of(value, ACTIVATION_DTYPE_BYTES, "activation dtype")
+
+    @property
+    def compute_dtype(self) -> str:
+        """activation_dtype, or the one engines pair with weight_dtype (simcore.precision)."""
+        return self.activation_dtype or default_activation_dtype(self.weight_dtype)
 
     _name_is_a_file_name = field_validator("name")(_file_name)
 
@@ -325,6 +417,9 @@ class Experiment(Strict):
     @model_validator(mode="after")
     def _disaggregation_needs_a_continuing_policy(self) -> Experiment:
         if self.cluster is not None and self.cluster.disaggregated:
+            if self.clients is not None and self.clients.timeout_s is not None:
+                raise ValueError("clients.timeout_s: client timeouts are not modelled in a disaggregated cluster "
+                                 "(prefill_replicas and decode_replicas)")
             for index, policy in enumerate(self.policies):
                 if policy.name == "static":
                     raise ValueError(f"policies[{index}]: static batching cannot continue a request prefilled "

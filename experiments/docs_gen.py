@@ -47,7 +47,10 @@ FALLBACK: dict[str, str] = {
     "Experiment.name": "Shown in titles; names the default results folder (results/<name>).",
     "Experiment.description": "Free text, kept in resolved.yaml.",
     "Experiment.seed": "Seeds every random draw of the workload; same file + seed = identical requests and results.",
-    "Experiment.hardware": "Hardware preset: {hardware}.",
+    "Experiment.hardware": "Hardware preset: {hardware} (`servesim hardware` lists their numbers), or a mapping: "
+                           "name, memory_mib (or memory_gib, memory_gb), hbm_bandwidth_tb_s, peak_tflops "
+                           "{{bf16, fp8, int8, fp4}}, interconnect, host_link; `base: PRESET` starts from a preset "
+                           "(see cost-models.md, Hardware).",
     "Experiment.tensor_parallel": "GPUs the model is split over; weights and KV heads are divided among them.",
     "Experiment.weight_dtype": "Weight scalar type (bytes per parameter for memory and roofline traffic).",
     "Experiment.kv_cache": "Paged KV cache: block size, capacity, prefix caching, host tier.",

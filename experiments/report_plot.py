@@ -1,7 +1,7 @@
 """`servesim plot`: every plot for a `run` or `sweep` results folder, written under DIR/plots/.
 
-A run folder gets percentile bars, latency CDFs, the TTFT breakdown and step timelines, each
-comparing its policies. A sweep folder gets the sweep plots (percentiles against every swept
+A run folder gets percentile bars, latency CDFs, the TTFT breakdown and step timelines (a
+cluster's by replica), each comparing its policies. A sweep folder gets the sweep plots (percentiles against every swept
 key; latency and goodput against rate when the rate is swept), and, for each combination of
 swept values, the same comparison plots across its policies and variants (plots/combos/...).
 """
@@ -24,7 +24,7 @@ from experiments.report_load import (
     read_run_info,
     short_key,
 )
-from experiments.report_plot_run import Series, plot_cdfs, plot_timelines, plot_ttft_breakdown
+from experiments.report_plot_run import Series, plot_cdfs, plot_replica_timelines, plot_timelines, plot_ttft_breakdown
 from experiments.report_plot_sweep import is_rate_key, plot_goodput_vs_rate, plot_latency_vs_rate, plot_percentiles_vs
 
 
@@ -77,6 +77,7 @@ def plot_comparison(results: Results, rows: pd.DataFrame, title: str, out: Path,
     paths += plot_cdfs(series, requests, title, out)
     paths += plot_ttft_breakdown(series, title, out)
     paths += plot_timelines(series, steps, title, out)
+    paths += plot_replica_timelines(series, steps, title, out)
     return paths
 
 

@@ -95,7 +95,11 @@ def plot_ttft_breakdown(series: list[Series], title: str, out_dir: Path, stem: s
 
 def plot_timelines(series: list[Series], steps: dict[str, pd.DataFrame], title: str, out_dir: Path,
                    stem: str = "timeline") -> list[Path]:
-    """Running/waiting requests and KV blocks used over simulated time, one column per series."""
+    """Running/waiting requests and KV blocks used over simulated time, one column per series
+    (a cluster's are drawn by replica: `plot_replica_timelines`)."""
+    series = [s for s in series if "replica" not in steps[s.name]]
+    if not series:
+        return []
     with_host = any(steps[s.name]["host_blocks_used"].max() > 0 for s in series if len(steps[s.name]))
     rows = 3 if with_host else 2
     fig, axes = plt.subplots(rows, len(series), figsize=(4.6 * len(series) + 1, 2.6 * rows + 1),
@@ -123,6 +127,47 @@ def plot_timelines(series: list[Series], steps: dict[str, pd.DataFrame], title: 
     for row, label in zip(axes, ("requests", "device KV blocks", "host KV blocks"), strict=False):
         row[0].set_ylabel(label)
         # Legends beside the last column, where they cover no line.
+        row[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, out_dir, stem, tight=True)
+
+
+# Replicas drawn one line each in a cluster's timelines (the first ones; the title says so).
+MAX_REPLICA_LINES = 16
+
+
+def plot_replica_timelines(series: list[Series], steps: dict[str, pd.DataFrame], title: str, out_dir: Path,
+                           stem: str = "replica_timeline") -> list[Path]:
+    """A cluster's load over simulated time, a line per replica: requests on it (running,
+    waiting or swapped out) and device KV blocks used; one column per series."""
+    clusters = [s for s in series if "replica" in steps[s.name] and len(steps[s.name])]
+    if not clusters:
+        return []
+    fig, axes = plt.subplots(2, len(clusters), figsize=(4.6 * len(clusters) + 1.6, 6.2),
+                             sharex="col", sharey="row", squeeze=False)
+    for col, s in enumerate(clusters):
+        frame = steps[s.name]
+        replicas = sorted(frame["replica"].unique().tolist())
+        colors = series_colors([str(r) for r in replicas[:MAX_REPLICA_LINES]])
+        for replica in replicas[:MAX_REPLICA_LINES]:
+            own = _thin(frame[frame["replica"] == replica])
+            t = own["start_s"].to_numpy(float)
+            load = own["num_running"] + own["num_waiting"] + own["num_swapped"]
+            axes[0][col].step(t, load, where="post", color=colors[str(replica)], label=f"replica {replica}")
+            axes[1][col].step(t, own["kv_blocks_used"], where="post", color=colors[str(replica)],
+                              label=f"replica {replica}")
+        if len(replicas) > MAX_REPLICA_LINES:
+            axes[0][col].set_title(f"{s.name} (first {MAX_REPLICA_LINES} of {len(replicas)} replicas)")
+        else:
+            axes[0][col].set_title(s.name)
+        if s.kv_capacity_blocks:
+            axes[1][col].axhline(s.kv_capacity_blocks, color="black", linestyle="--", linewidth=1, label="capacity")
+        axes[-1][col].set_xlabel("simulated time (s)")
+        for row in axes:
+            row[col].grid(alpha=0.3)
+    for row, label in zip(axes, ("requests on the replica", "device KV blocks")):
+        row[0].set_ylabel(label)
         row[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -37,8 +37,9 @@ from simcore.engine import RunLimits, RunResult
 from simcore.errors import ConfigError
 from simcore.hf_config import context_length
 from simcore.itl import ItlLog
-from simcore.metrics import add_token_columns, summarize_frame, token_columns_as_text
+from simcore.metrics import add_token_columns, measured_rows, summarize_frame, token_columns_as_text
 from simcore.model import DTYPE_BYTES, GIB
+from simcore.precision import WEIGHT_DTYPE_BYTES
 from simcore.prefix import PrefixHasher
 from simcore.presets import get_hardware, get_model
 from simcore.request import Request
@@ -78,11 +79,17 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
     model = get_model(exp.model, source=source)
     hardware = get_hardware(exp.hardware, source=source)
     kv_bytes = DTYPE_BYTES[exp.kv_cache.dtype]
-    bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel, source=source)
+    stages = exp.pipeline_parallel
+    if model.num_layers % stages:
+        raise ConfigError("pipeline stages must split the layers evenly", source=source, where="pipeline_parallel",
+                          expected=f"a divisor of {model.name}'s {model.num_layers} layers", found=stages)
+    # A GPU holds its stage's layers: 1/pp of each block (bytes it stores and its host link moves).
+    bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel, source=source) // stages
     num_blocks = exp.kv_cache.num_blocks or num_gpu_blocks(
         model, hardware, block_size=exp.kv_cache.block_size, kv_dtype_bytes=kv_bytes,
-        weight_dtype_bytes=DTYPE_BYTES[exp.weight_dtype], gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
-        tensor_parallel=exp.tensor_parallel, source=source,
+        weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype],
+        gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
+        tensor_parallel=exp.tensor_parallel, pipeline_parallel=stages, source=source,
     )
     host_bytes = exp.kv_cache.host_memory_gib * GIB
     if not math.isfinite(host_bytes):  # past the float range (and inf // n is nan)
@@ -101,6 +108,17 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
         "model": model, "hardware": hardware, "kv_dtype_bytes": kv_bytes, "block_bytes": bytes_per_block,
         "num_blocks": num_blocks, "num_host_blocks": num_host_blocks,
     }
+
+
+def cost_context(exp: Experiment, kv: dict, source: str | Path | None) -> CostContext:
+    """What the experiment's cost models are built with (`kv` from resolve_kv)."""
+    return CostContext(
+        model=kv["model"], hardware_name=kv["hardware"].name, hardware=kv["hardware"], kv_dtype_bytes=kv["kv_dtype_bytes"],
+        weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype], activation_dtype=exp.compute_dtype,
+        block_size=exp.kv_cache.block_size, num_blocks=kv["num_blocks"], num_host_blocks=kv["num_host_blocks"],
+        tensor_parallel=exp.tensor_parallel, pipeline_parallel=exp.pipeline_parallel,
+        seed=exp.seed, source=Path(source) if source is not None else None,
+    )
 
 
 def _check_memory(num_requests: int, num_policies: int, *, source: str | None) -> None:
@@ -135,6 +153,11 @@ def run_experiment(
     workload = build_workload(exp.workload, seed=exp.seed, base_dir=base_dir, source=source_str)
     template = workload.requests
     _check_memory(len(template), len(exp.policies), source=source_str)
+    num_left_out = exp.metrics.warmup_requests + exp.metrics.cooldown_requests
+    if num_left_out and num_left_out >= len(template):
+        raise ConfigError("the warm-up and cool-down leave no request to measure", source=source_str,
+                          where="metrics.warmup_requests + metrics.cooldown_requests",
+                          expected=f"fewer than the workload's {len(template)} requests", found=num_left_out)
     labels = policy_labels(exp.policies)
     run = ExperimentRun(exp, info=_run_info(exp, kv, len(template)))
     # What the workload builder dropped or estimated is said, never silent.
@@ -154,12 +177,7 @@ def run_experiment(
     if echo is not None:
         for note in workload.notes:
             echo(f"  workload: {note}")
-    ctx = CostContext(
-        model=kv["model"], hardware_name=exp.hardware, kv_dtype_bytes=kv["kv_dtype_bytes"],
-        weight_dtype_bytes=DTYPE_BYTES[exp.weight_dtype], block_size=exp.kv_cache.block_size,
-        num_blocks=kv["num_blocks"], num_host_blocks=kv["num_host_blocks"], tensor_parallel=exp.tensor_parallel,
-        seed=exp.seed, source=Path(source) if source is not None else None,
-    )
+    ctx = cost_context(exp, kv, source)
     # Checked for every policy before any runs, so a bad value fails fast.
     max_model_lens = [
         resolve_max_model_len(p.max_model_len, kv["model"], where=f"policies[{i}].max_model_len", source=source_str)
@@ -173,12 +191,17 @@ def run_experiment(
         # last, the folder reads as incomplete rather than as old results over half-new files.
         path_under(out_dir, RUN_COMPLETE).unlink(missing_ok=True)
     num_replicas = exp.cluster.num_replicas if exp.cluster is not None else 1
+    setups = _replica_setups(exp, ReplicaSetup(exp, kv, ctx), source)
     clients = None
-    if exp.clients is not None:
+    if exp.clients is not None and exp.clients.concurrency is not None:
         clients = ClosedLoopSpec(exp.clients.concurrency, exp.clients.think_time_s, exp.clients.think_time, exp.seed)
         run.info["workload_notes"].append(
             f"closed loop: {exp.clients.concurrency} clients send the requests in order, each its next one "
             "when its last came back; the workload's arrival times are not read")
+    timeout_s = exp.clients.timeout_s if exp.clients is not None else None
+    if timeout_s is not None:
+        run.info["workload_notes"].append(
+            f"clients give up on a request not finished {timeout_s:g} s after they sent it (timed_out)")
     for index, (label, policy_cfg) in enumerate(zip(labels, exp.policies)):
         options = policy_cfg.model_dump(exclude={"label", "name", "prefix_caching"})
         options["max_model_len"] = max_model_lens[index]
@@ -186,8 +209,8 @@ def run_experiment(
         started = time.perf_counter()
         policy_dir = path_under(out_dir, label) if out_dir is not None else None
         replicas, sinks, recorded = [], [], []
-        for _ in range(num_replicas):
-            cost_model = build_cost_model(exp.cost_model.name, exp.cost_model.params, ctx)
+        for setup in setups:
+            cost_model = build_cost_model(setup.exp.cost_model.name, setup.exp.cost_model.params, setup.ctx)
             # A cost model that ran a real engine may keep the tokens it selected (torch's
             # record_tokens): read from the model itself, as a wrapper need not pass the hook on.
             recorded.append(getattr(cost_model, "recorded_tokens", None))
@@ -196,9 +219,10 @@ def run_experiment(
             emit_block_tables = getattr(cost_model, "needs_block_tables", False)
             inert_cache = caching and cache_cannot_hit and not emit_block_tables
             policy = _make_policy(
-                label, source_str, policy_cfg.name, num_blocks=kv["num_blocks"], block_size=exp.kv_cache.block_size,
-                prefix_caching=caching and not inert_cache, num_host_blocks=kv["num_host_blocks"], hasher=hasher,
-                emit_block_tables=emit_block_tables, block_bytes=kv["block_bytes"],
+                label, source_str, policy_cfg.name, num_blocks=setup.kv["num_blocks"],
+                block_size=exp.kv_cache.block_size, prefix_caching=caching and not inert_cache,
+                num_host_blocks=setup.kv["num_host_blocks"], hasher=hasher,
+                emit_block_tables=emit_block_tables, block_bytes=setup.kv["block_bytes"],
                 delivery_s=exp.metrics.delivery_ms / 1000.0, **options,
             )
             if inert_cache:
@@ -212,11 +236,11 @@ def run_experiment(
                                     on_finished=sinks[-1].add, steps_spill=spill))
         # (Progress counts the cluster's finished requests through the first replica's engine.)
         replicas[0].on_progress = progress.policy(label, len(template)) if progress is not None else None
-        router, disaggregation = _cluster_routing(exp, kv["block_bytes"])
+        router, disaggregation = _cluster_routing(exp, tuple(setup.kv["block_bytes"] for setup in setups))
         try:
             cluster = simulate_cluster(template, replicas, router=router, limits=limits, clients=clients,
                                        router_delay_s=exp.cluster.router.delay_ms / 1000.0 if exp.cluster else 0.0,
-                                       disaggregation=disaggregation)
+                                       disaggregation=disaggregation, timeout_s=timeout_s)
         except ClientsRefuseWorkload as exc:
             raise ConfigError(str(exc), source=source_str, where="clients",
                               expected="a workload without follow-up turns") from None
@@ -227,7 +251,7 @@ def run_experiment(
         moved = {transfer.request_id: transfer for transfer in cluster.transfers}
         num_prefill = disaggregation.num_prefill if disaggregation is not None else 0
         for replica_index, (sink, result) in enumerate(zip(sinks, cluster.replicas)):
-            sink.add([*result.finished, *result.rejected, *result.unfinished])
+            sink.add([*result.finished, *result.rejected, *result.timed_out, *result.unfinished])
             frame = sink.frame()
             if replica_index < num_prefill:  # a request is in the table of the replica it ended on
                 frame = frame[~frame["request_id"].isin(list(moved))].reset_index(drop=True)
@@ -247,15 +271,31 @@ def run_experiment(
         if limits.check_invariants:
             _check_conservation(frame, template)
         slo_ms = exp.metrics.slo.as_dict() or None
+        # The summaries measure the requests past the warm-up and before the cool-down.
+        measured = measured_rows(frame, exp.metrics.warmup_requests, exp.metrics.cooldown_requests)
         if exp.cluster is None:
-            summary = summarize_frame(frame, itl=result.itl, slo_ms=slo_ms, extra=_policy_extra(policy, result, frame))
+            summary = summarize_frame(measured, itl=result.itl, slo_ms=slo_ms,
+                                      extra=_policy_extra(policy, result, frame))
         else:
             extras = [_policy_extra(replica.policy, replica_result, part)
                       for replica, replica_result, part in zip(replicas, cluster.replicas, frames)]
-            summary = summarize_frame(frame, itl=result.itl, slo_ms=slo_ms,
+            summary = summarize_frame(measured, itl=result.itl, slo_ms=slo_ms,
                                       extra=_cluster_extra(extras, cluster, frame, disaggregation))
-            summary["replicas"] = [summarize_frame(part, itl=replica_result.itl, slo_ms=slo_ms, extra=extra)
-                                   for replica_result, part, extra in zip(cluster.replicas, frames, extras)]
+            measured_ids = measured["request_id"]
+            summary["replicas"] = [
+                summarize_frame(part if measured is frame else part[part["request_id"].isin(measured_ids)],
+                                itl=replica_result.itl, slo_ms=slo_ms,
+                                extra={**extra, "hardware": setup.kv["hardware"].name,
+                                       "tensor_parallel": setup.exp.tensor_parallel,
+                                       "kv_num_blocks": setup.kv["num_blocks"]})
+                for replica_result, part, extra, setup in zip(cluster.replicas, frames, extras, setups)]
+        if measured is not frame:
+            summary["window"] = {
+                "warmup_requests": exp.metrics.warmup_requests, "cooldown_requests": exp.metrics.cooldown_requests,
+                "num_measured": len(measured),
+                # (The inter-token gaps are kept by step, not by request: they cannot be told apart.)
+                "itl": "over every request's gaps, the warm-up's and cool-down's too",
+            }
         if cluster.max_concurrency is not None:
             summary["max_concurrency"] = cluster.max_concurrency
         summary = {"label": label, "policy": policy_cfg.name, **summary}
@@ -279,7 +319,7 @@ def run_experiment(
 
 
 def _check_conservation(frame: pd.DataFrame, template: list[Request]) -> None:
-    """Every request that arrived is reported exactly once: finished, rejected or unfinished."""
+    """Every request that arrived is reported exactly once: finished, rejected, timed out or unfinished."""
     ids = frame["request_id"].to_numpy()
     if len(ids) != len(template) or len(set(ids.tolist())) != len(ids):
         raise AssertionError(f"{len(template)} requests in the workload, {len(ids)} rows ({len(set(ids.tolist()))} ids)")
@@ -309,8 +349,54 @@ def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # no
     }
 
 
-def _cluster_routing(exp: Experiment, block_bytes: int) -> tuple:
-    """The experiment's router, and its disaggregation (None where the cluster has none)."""
+@dataclass(frozen=True)
+class ReplicaSetup:
+    """A replica's experiment (the cluster's own, or with its group's or side's changes), its KV
+    facts (`resolve_kv`) and its cost models' context."""
+
+    exp: Experiment
+    kv: dict
+    ctx: CostContext
+
+
+def _replica_setups(exp: Experiment, own: ReplicaSetup, source: str | Path | None) -> list[ReplicaSetup]:
+    """Each replica's setup, in replica order; replicas of one kind share theirs."""
+    if exp.cluster is None:
+        return [own]
+    setups: dict[int, ReplicaSetup] = {}
+    out = []
+    for change in exp.cluster.replica_settings():
+        if change is None:
+            out.append(own)
+            continue
+        if id(change) not in setups:
+            variant = change.applied_to(exp)
+            try:
+                kv = resolve_kv(variant, source=str(source) if source is not None else None)
+            except ConfigError as exc:
+                # The field is the group's (or side's): named so, e.g. cluster.groups[1].hardware.
+                kind = _replica_kind(exp, change)
+                text = str(exc)
+                if exc.where:
+                    text = text.replace(f"{exc.where}: ", f"{kind}.{exc.where}: ", 1)
+                raise ConfigError(text if kind in text else f"{kind}: {text}") from None
+            setups[id(change)] = ReplicaSetup(variant, kv, cost_context(variant, kv, source))
+        out.append(setups[id(change)])
+    return out
+
+
+def _replica_kind(exp: Experiment, change: object) -> str:
+    """Where in the experiment a replica's changes are: cluster.groups[i], cluster.prefill or cluster.decode."""
+    cluster = exp.cluster
+    assert cluster is not None
+    if cluster.groups is not None:
+        return f"cluster.groups[{next(i for i, group in enumerate(cluster.groups) if group is change)}]"
+    return "cluster.prefill" if change is cluster.prefill else "cluster.decode"
+
+
+def _cluster_routing(exp: Experiment, block_bytes: tuple[int, ...]) -> tuple:
+    """The experiment's router, and its disaggregation (None where the cluster has none);
+    `block_bytes` is each replica's."""
     if exp.cluster is None:
         return None, None
     cluster = exp.cluster
@@ -321,7 +407,7 @@ def _cluster_routing(exp: Experiment, block_bytes: int) -> tuple:
     link = cluster.link or KVLinkConfig()
     return router, Disaggregation(
         cluster.prefill_replicas, make_router(decode.name, cluster.decode_replicas, seed=exp.seed + 1, **decode.params()),
-        link.spec(), block_bytes, link.concurrency)
+        link.spec(), block_bytes[:cluster.prefill_replicas], link.concurrency)
 
 
 def _add_transfer_columns(frame: pd.DataFrame, moved: dict) -> None:
@@ -374,7 +460,7 @@ def _kv_transfer_summary(cluster: ClusterResult, disaggregation: Disaggregation)
     capacity = cluster.sim_time_s * disaggregation.link_concurrency
     return {
         "num_kv_transfers": len(transfers),
-        "kv_bytes_moved": sum(t.num_blocks for t in transfers) * disaggregation.block_bytes,
+        "kv_bytes_moved": sum(t.num_blocks * disaggregation.bytes_per_block(t.prefill_replica) for t in transfers),
         "mean_kv_transfer_ms": 1000.0 * float(wire.mean()),
         "p99_kv_transfer_ms": 1000.0 * float(wire.quantile(0.99)),
         "mean_kv_link_wait_ms": 1000.0 * float(wait.mean()),

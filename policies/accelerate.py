@@ -79,6 +79,16 @@ class StepRun:
             return max(step, self.first_finish)  # a finish frees what it waits for
         return step
 
+    def num_leaving(self, num_steps: int) -> int:
+        """Requests that finish in the run's first `num_steps` steps: decoders at their last
+        output, the prompt where its last chunk gives it its only one."""
+        leaving = sum(1 for left in self.steps_left if left <= num_steps)
+        prompt = self.prompt
+        if prompt is not None and len(self.chunks) <= num_steps and prompt.num_outputs + 1 >= prompt.num_target_outputs \
+                and self.prompt_context + sum(self.chunks) == prompt.num_tokens:
+            leaving += 1
+        return leaving
+
     def repeats(self) -> Iterator[Repeat]:
         """The run's steps as cost models see them: a plan and the steps that repeat it."""
         base = self._plan(0, self.chunks[0] if self.prompt is not None else 0)

@@ -122,6 +122,7 @@ class Scheduler:
         self.swapped: deque[Request] = deque()
         self.finished: list[Request] = []
         self.rejected: list[Request] = []
+        self.timed_out: list[Request] = []
         self.by_id: dict[int, Request] = {}
         self.num_steps = 0
         self.itl = ItlLog()
@@ -623,6 +624,28 @@ class Scheduler:
     def release_held(self, request_id: int) -> None:
         """The blocks a finished request held (`holds_finished_blocks`) go back."""
         self.bm.free(request_id)
+
+    def cancel(self, request: Request, now: float) -> None:
+        """Its client gave up on `request` (a timeout) at `now`: it leaves the queue, the batch or
+        the host tier, and its blocks go back as a finished request's do (full ones stay in the
+        prefix cache, as vLLM's abort leaves them)."""
+        if request.status is Status.WAITING:
+            self.waiting.remove(request)
+            self.bm.free(request.request_id)  # (a no-op where it holds none)
+        elif request.status is Status.RUNNING:
+            self.running.remove(request)
+            self.num_resident_tokens -= request.num_processed
+            self._release_blocks(request)
+        else:
+            assert request.status is Status.SWAPPED and self.host is not None
+            self.swapped.remove(request)
+            self.host.release(request.request_id)
+        self.prefix.forget(request.request_id)
+        self.preempted_at.pop(request.request_id, None)
+        del self.by_id[request.request_id]
+        request.status = Status.TIMED_OUT
+        request.finish_s = now
+        self.timed_out.append(request)
 
     def drain_unfinished(self) -> list[Request]:
         """When a time horizon ends the run: everything still queued or running, marked unfinished."""

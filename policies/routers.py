@@ -1,7 +1,8 @@
 """Routers: which replica of a cluster each request goes to (`simcore.cluster`).
 
-Each is a small class with `choose(request, replicas)`; those that read the replicas' state set
-`reads_state`, and then see it as a step-by-step run would (`simcore.cluster`). Ties go to the
+Each is a small class with `choose(request, replicas)` and what it `reads` of the replicas:
+nothing, their load (requests in flight, `Engine.num_outstanding`), or their state (free blocks,
+cached prefixes), each as a step-by-step run would show it now (`simcore.cluster`). Ties go to the
 lowest index, so every choice is deterministic; `random` and `power_of_two` draw from their own
 generator, seeded by the experiment.
 
@@ -26,7 +27,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from simcore.cluster import num_outstanding
 from simcore.engine import Engine
 from simcore.request import Request
 
@@ -34,8 +34,8 @@ from simcore.request import Request
 class Router:
     """A router's common ground: how many replicas, and the experiment's seed."""
 
-    # Whether `choose` reads the replicas' state.
-    reads_state = False
+    # What `choose` reads of the replicas: "nothing", "load" or "state" (simcore.cluster.Router).
+    reads = "nothing"
 
     def __init__(self, num_replicas: int, seed: int = 0) -> None:
         self.num_replicas = num_replicas
@@ -66,15 +66,15 @@ class Random(Router):
 
 
 class LeastOutstanding(Router):
-    reads_state = True
+    reads = "load"
 
     def choose(self, request: Request, replicas: Sequence[Engine]) -> int:
-        loads = [num_outstanding(engine) for engine in replicas]
+        loads = [engine.num_outstanding() for engine in replicas]
         return loads.index(min(loads))
 
 
 class LeastKV(Router):
-    reads_state = True
+    reads = "state"
 
     def choose(self, request: Request, replicas: Sequence[Engine]) -> int:
         free = [engine.policy.bm.num_free_blocks for engine in replicas]
@@ -82,7 +82,7 @@ class LeastKV(Router):
 
 
 class PowerOfTwo(Router):
-    reads_state = True
+    reads = "load"
 
     def __init__(self, num_replicas: int, seed: int = 0) -> None:
         super().__init__(num_replicas, seed)
@@ -90,7 +90,7 @@ class PowerOfTwo(Router):
 
     def choose(self, request: Request, replicas: Sequence[Engine]) -> int:
         first, second = (int(i) for i in self.rng.choice(len(replicas), size=2, replace=False))
-        return first if num_outstanding(replicas[first]) <= num_outstanding(replicas[second]) else second
+        return first if replicas[first].num_outstanding() <= replicas[second].num_outstanding() else second
 
 
 class SessionAffinity(Router):
@@ -109,7 +109,7 @@ class SessionAffinity(Router):
 
 
 class PrefixAware(Router):
-    reads_state = True
+    reads = "state"
 
     def __init__(self, num_replicas: int, seed: int = 0, *, prefix_weight: float = 1.0,
                  load_weight: float = 1.0) -> None:
@@ -118,7 +118,7 @@ class PrefixAware(Router):
         self.load_weight = load_weight
 
     def choose(self, request: Request, replicas: Sequence[Engine]) -> int:
-        loads = [num_outstanding(engine) for engine in replicas]
+        loads = [engine.num_outstanding() for engine in replicas]
         least, most = min(loads), max(loads)
         scores = []
         for engine, load in zip(replicas, loads):

@@ -44,11 +44,12 @@ def block_bytes(
     if block_size < 1:
         raise ConfigError("invalid block_size", source=_text(source), where="block_size",
                           expected="a positive integer", found=block_size)
-    heads = kv_heads_per_gpu(model, tensor_parallel, source=source)
-    return 2 * model.num_layers * heads * model.head_dim * kv_dtype_bytes * block_size
+    kv_heads_per_gpu(model, tensor_parallel, source=source)  # checks the split
+    # 2 x heads x d_head per layer, or MLA's latent (kept whole on every rank): ModelSpec's arithmetic.
+    return model.num_layers * model.kv_scalars_per_token_per_layer(tensor_parallel) * kv_dtype_bytes * block_size
 
 
-def weight_bytes_per_gpu(model: ModelSpec, weight_dtype_bytes: int, tensor_parallel: int = 1) -> float:
+def weight_bytes_per_gpu(model: ModelSpec, weight_dtype_bytes: float, tensor_parallel: int = 1) -> float:
     """Parameters x bytes, split evenly over the tensor-parallel ranks (norms are tiny)."""
     return model.num_params * weight_dtype_bytes / tensor_parallel
 
@@ -59,26 +60,29 @@ def num_gpu_blocks(
     *,
     block_size: int,
     kv_dtype_bytes: int,
-    weight_dtype_bytes: int,
+    weight_dtype_bytes: float,
     gpu_memory_utilization: float,
     tensor_parallel: int = 1,
     activation_reserve_bytes: int = DEFAULT_ACTIVATION_RESERVE_BYTES,
     source: str | Path | None = None,
+    pipeline_parallel: int = 1,
 ) -> int:
-    """floor((memory x utilisation - weights/tp - reserve) / block bytes per GPU)."""
+    """floor((memory x utilisation - weights/tp/pp - reserve) / block bytes per GPU), where a
+    pipeline stage holds 1/pp of the layers: of the weights and of every block (pp divides the
+    layers; simcore.capacity.block_bytes is a whole tensor-parallel rank's block)."""
     where_src = _text(source)
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError("invalid gpu_memory_utilization", source=where_src, where="gpu_memory_utilization",
                           expected="a fraction in (0, 1]", found=gpu_memory_utilization)
     usable = hardware.memory_bytes * gpu_memory_utilization
-    weights = weight_bytes_per_gpu(model, weight_dtype_bytes, tensor_parallel)
+    weights = weight_bytes_per_gpu(model, weight_dtype_bytes, tensor_parallel) / pipeline_parallel
     free = usable - weights - activation_reserve_bytes
-    per_block = block_bytes(model, block_size, kv_dtype_bytes, tensor_parallel, source=source)
+    per_block = block_bytes(model, block_size, kv_dtype_bytes, tensor_parallel, source=source) // pipeline_parallel
     if free < per_block:
         raise ConfigError(
             f"{model.name} does not leave room for one KV block on {hardware.name}: usable memory "
             f"{_gb(usable)} ({gpu_memory_utilization:g} x {_gb(hardware.memory_bytes)}) minus weights "
-            f"{_gb(weights)} per GPU (tp={tensor_parallel}) minus reserve {_gb(activation_reserve_bytes)} "
+            f"{_gb(weights)} per GPU (tp={tensor_parallel}, pp={pipeline_parallel}) minus reserve {_gb(activation_reserve_bytes)} "
             f"leaves {_gb(free)}, less than one block of {per_block} bytes",
             source=where_src, where="hardware",
         )

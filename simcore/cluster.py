@@ -7,15 +7,17 @@ process, which asks the router (`Router.choose`, `policies.routers`) for a repli
 the request there, at once or after the router's delay. `simulate` is the one-engine case:
 the request goes straight to the engine, as it does to the one replica of a cluster.
 
-A router that reads the replicas' state (queue lengths, free blocks, cached prefixes) first has
-each engine `observe`: the state a step-by-step run would show now, whether or not the engine is
-taking a run of steps at once (a run is cut there, so results stay identical with and without
-acceleration).
+A router that reads the replicas' state (free blocks, cached prefixes) first has each engine
+`observe`: the state a step-by-step run would show now, whether or not the engine is taking a
+run of steps at once (a run is cut there, so results stay identical with and without
+acceleration). One that reads only their load (`Engine.num_outstanding`) cuts nothing: that
+count is exact in a run under way.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +47,9 @@ from simcore.steplog import StepLog
 class Router(Protocol):
     """Picks the replica each request goes to."""
 
-    # Whether `choose` reads the replicas' state (then every engine observes first).
-    reads_state: bool
+    # What `choose` reads of the replicas: "nothing"; "load", their `Engine.num_outstanding`
+    # alone (exact without cutting a run); or "state", anything (then every engine observes first).
+    reads: str
 
     def choose(self, request: Request, replicas: Sequence[Engine]) -> int:
         """The index of the replica `request` goes to."""
@@ -104,7 +107,7 @@ class Dispatch:
     def route(self, request: Request) -> int:
         """The replica the router picks for `request` now (an index into `engines`)."""
         engines = self.engines
-        if len(engines) > 1 and self.router.reads_state:
+        if len(engines) > 1 and self.router.reads == "state":
             for engine in engines:
                 engine.observe()
         index = self.router.choose(request, engines) if len(engines) > 1 else 0
@@ -138,13 +141,18 @@ class Disaggregation:
     """Prefill and decode on separate replicas: the first `num_prefill` replicas prefill each
     request (to its first output); its KV then moves over that replica's link (`link_concurrency`
     transfers at once, the rest queue) to a decode replica `decode_router` picks, which
-    continues it. A transfer moves the blocks holding the prompt, `block_bytes` each."""
+    continues it. A transfer moves the blocks holding the prompt, `block_bytes` each (one
+    number, or one for each prefill replica, whose parallelism may differ)."""
 
     num_prefill: int
     decode_router: Router
     link: LinkSpec
-    block_bytes: int
+    block_bytes: int | tuple[int, ...]
     link_concurrency: int = 1
+
+    def bytes_per_block(self, prefill_index: int) -> int:
+        """What a KV block holds on prefill replica `prefill_index`."""
+        return self.block_bytes if isinstance(self.block_bytes, int) else self.block_bytes[prefill_index]
 
 
 @dataclass
@@ -236,7 +244,8 @@ class KVTransfers:
             yield slot
             start = self.env.now
             link = self.spec.link
-            yield self.env.timeout(duration_ticks(link.latency_s + num_blocks * self.spec.block_bytes / link.bytes_per_s))
+            num_bytes = num_blocks * self.spec.bytes_per_block(source)
+            yield self.env.timeout(duration_ticks(link.latency_s + num_bytes / link.bytes_per_s))
         # The prefill replica's blocks are free now: what it plans next may use them.
         engine = self.prefill.engines[source]
         engine.observe()
@@ -253,6 +262,60 @@ class KVTransfers:
     def undelivered(self) -> list[Request]:
         """Requests on a link (their prefill done)."""
         return [*self._on_link, *self.decode.undelivered()]
+
+
+class Timeouts:
+    """Clients that give up: a request not finished `timeout_s` after it reached the cluster
+    leaves the replica it is on (`Engine.cancel`, its blocks freed) or, still in the router's
+    delay, never joins one; then its client hears it is back (`releases`). A sink between the
+    sources and the cluster."""
+
+    def __init__(self, env: simpy.Environment, sink: Sink, engines: list[Engine], timeout_s: float,
+                 releases: Releases | None) -> None:
+        self.env = env
+        self.sink = sink
+        self.engines = engines
+        self.timeout = duration_ticks(timeout_s)
+        self.releases = releases
+        # (deadline, request) in the order the requests came: deadlines come in that order too.
+        self._pending: deque[tuple[int, Request]] = deque()
+        self._more: simpy.Event | None = None
+        env.process(self._watch())
+
+    def submit(self, request: Request) -> None:
+        self._pending.append((self.env.now + self.timeout, request))
+        if self._more is not None and not self._more.triggered:
+            self._more.succeed()
+        self.sink.submit(request)
+
+    def open_source(self) -> None:
+        self.sink.open_source()
+
+    def close_source(self) -> None:
+        self.sink.close_source()
+
+    def _watch(self) -> Iterator[simpy.Event]:
+        env, pending = self.env, self._pending
+        while True:
+            if not pending:
+                self._more = env.event()
+                yield self._more
+                continue
+            deadline, request = pending[0]
+            if deadline > env.now:
+                yield env.timeout(deadline - env.now)
+            pending.popleft()
+            if request.status in _LEFT:
+                continue
+            if not any(engine.cancel(request) for engine in self.engines):
+                request.status = Status.TIMED_OUT  # the replica it reaches counts it (`Engine.submit`)
+                request.finish_s = to_seconds(env.now)
+            if request.status is Status.TIMED_OUT and self.releases is not None:
+                self.releases.release(request, to_seconds(env.now))
+
+
+# What a request is once it has left the engine that served it.
+_LEFT = (Status.FINISHED, Status.REJECTED)
 
 
 class ClusterSteps:
@@ -278,13 +341,6 @@ class ClusterSteps:
             out[name] = np.concatenate([part[name] if name in part else np.full(len(log), np.nan)
                                         for part, log in zip(parts, self.logs)])
         return out
-
-
-def num_outstanding(engine: Engine) -> int:
-    """Requests delivered to `engine` that have not left it (queued, running, swapped out, or
-    delivered and not yet handed to its policy)."""
-    policy = engine.policy
-    return len(engine.inbox) + len(policy.waiting) + len(policy.running) + len(policy.swapped)
 
 
 class ClientsRefuseWorkload(ValueError):
@@ -313,6 +369,7 @@ def simulate(
     on_progress: Callable[[float, int], None] | None = None,
     steps_spill: Path | None = None,
     clients: ClosedLoopSpec | None = None,
+    timeout_s: float | None = None,
 ) -> RunResult:
     """Replay `requests` through one engine running `policy`, pricing steps with `cost_model`
     (and taking runs of steps at once where `accelerator` extends a planned step).
@@ -323,10 +380,11 @@ def simulate(
     `steps_spill`, step records go to that Parquet file as the run goes. `on_progress` hears
     (simulated seconds, requests finished) every few hundred events, for a progress bar.
     Follow-up turns (`parent_id`) arrive their think time after their parent finishes (or is
-    rejected). With `clients`, closed-loop clients send the requests, in order, instead.
+    rejected). With `clients`, closed-loop clients send the requests, in order, instead. With
+    `timeout_s`, a request not finished that long after it arrived is given up (`Timeouts`).
     """
     replica = Replica(policy, cost_model, accelerator, on_step, on_finished, on_progress, steps_spill)
-    result = simulate_cluster(requests, [replica], limits=limits, clients=clients)
+    result = simulate_cluster(requests, [replica], limits=limits, clients=clients, timeout_s=timeout_s)
     return result.replicas[0]
 
 
@@ -339,14 +397,18 @@ def simulate_cluster(
     limits: RunLimits | None = None,
     clients: ClosedLoopSpec | None = None,
     disaggregation: Disaggregation | None = None,
+    timeout_s: float | None = None,
 ) -> ClusterResult:
     """Run `requests` through `replicas` behind `router` (one replica needs none): see the module
     docstring. With `disaggregation`, its first `num_prefill` replicas prefill and the others
-    decode (`KVTransfers`); `router` picks among the prefill replicas. The requests are a
-    template and are never modified."""
+    decode (`KVTransfers`); `router` picks among the prefill replicas. With `timeout_s`, clients
+    give up on a request not finished that long after it arrived (`Timeouts`; not with
+    `disaggregation`). The requests are a template and are never modified."""
     limits = limits or RunLimits()
     if len(replicas) > 1 and router is None:
         raise ValueError("several replicas need a router")
+    if disaggregation is not None and timeout_s is not None:
+        raise ValueError("client timeouts are not modelled in a disaggregated cluster")
     if disaggregation is not None and not 0 < disaggregation.num_prefill < len(replicas):
         raise ValueError(f"a disaggregated cluster needs prefill and decode replicas: {disaggregation.num_prefill} "
                          f"of {len(replicas)} prefill")
@@ -381,6 +443,8 @@ def simulate_cluster(
         else:
             dispatch = Dispatch(env, engines, router, router_delay_s) if router is not None else None
         sink: Sink = transfers or dispatch or engines[0]
+        if timeout_s is not None:
+            sink = Timeouts(env, sink, engines, timeout_s, releases)
         if closed_loop is not None:
             closed_loop.deliver_to(sink)
             sources = [closed_loop]

@@ -48,12 +48,15 @@ class Policy(Protocol):
     swapped: Sequence[Request]
     finished: list[Request]
     rejected: list[Request]
+    timed_out: list[Request]
+    by_id: dict[int, Request]
     itl: ItlLog
     num_resident_tokens: int
 
     def add(self, request: Request, now: float) -> None: ...
     def schedule(self, now: float) -> StepPlan | None: ...
     def complete(self, plan: StepPlan, now: float) -> list[Request]: ...
+    def cancel(self, request: Request, now: float) -> None: ...
     def has_work(self) -> bool: ...
     def drain_unfinished(self) -> list[Request]: ...
     def check(self) -> None: ...
@@ -73,6 +76,9 @@ class Run(Protocol):
         """How many of the run's steps stay as planned when `request` is delivered before step
         `step` (from 0) starts (at least `step`: those before it are under way): it only joins
         the queue until then."""
+
+    def num_leaving(self, num_steps: int) -> int:
+        """How many requests finish in the run's first `num_steps` steps."""
 
     def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
         """Complete the run's first len(step_ends) steps (their end times, seconds): the
@@ -111,13 +117,17 @@ class RunResult:
     # Planned steps and runs taken (a run of steps counts once).
     num_events: int = 0
     itl: ItlLog = field(default_factory=ItlLog)
+    # Requests whose clients gave up on them (`clients.timeout_s`).
+    timed_out: list[Request] = field(default_factory=list)
 
     @property
     def requests(self) -> list[Request]:
         """Every request exactly once, in id order."""
-        return sorted([*self.finished, *self.rejected, *self.unfinished], key=lambda r: r.request_id)
+        return sorted([*self.finished, *self.rejected, *self.timed_out, *self.unfinished], key=lambda r: r.request_id)
 
 
+# What a request is while an engine's policy holds it.
+_HELD = (Status.WAITING, Status.RUNNING, Status.SWAPPED)
 # SimPy event priorities: 0 urgent, 1 normal; the engine's own wake-ups come after both.
 _LATE = 2
 # Finished requests handed to `on_finished` at a time.
@@ -210,6 +220,9 @@ class Engine:
 
     def submit(self, request: Request) -> None:
         """A request is delivered (now: at its arrival, when released, or after a router's delay)."""
+        if request.status is Status.TIMED_OUT:  # its client gave up during the router's delay
+            self.policy.timed_out.append(request)
+            return
         self.inbox.append(request)
         self._inbox_ticks.append(self.env.now)
         self.wake()
@@ -221,6 +234,28 @@ class Engine:
     def close_source(self) -> None:
         self.num_open_sources -= 1
         self.wake()
+
+    def cancel(self, request: Request) -> bool:
+        """Its client gave up on `request` now: if it is here, delivered and not yet finished
+        or rejected, it leaves (`Policy.cancel`). Returns whether it was here. The state is
+        brought to now first (`observe`), so a run of steps is cut where it would change."""
+        for index, delivered in enumerate(self.inbox):
+            if delivered is request:
+                del self.inbox[index], self._inbox_ticks[index]
+                open_run = self._open_run
+                if open_run is not None and index < open_run.seen:
+                    open_run.seen -= 1
+                request.status = Status.TIMED_OUT
+                request.finish_s = self.now_s
+                self.policy.timed_out.append(request)
+                return True
+        if self.policy.by_id.get(request.request_id) is not request:
+            return False
+        self.observe()
+        if request.status in _HELD:  # (not finished in the step under way)
+            self.policy.cancel(request, self.now_s)
+            self.wake()  # its blocks are free
+        return True
 
     def wake(self) -> None:
         """Something outside changed what the policy can do (a source closed; blocks it held
@@ -245,6 +280,18 @@ class Engine:
         open_run.limit = len(ends)
         open_run.finished = self._apply_run(open_run.run, open_run.end, ends) if ends else []
         self._wake_sooner(open_run)
+
+    def num_outstanding(self) -> int:
+        """Requests delivered here that have not left, as stepping shows them now: queued,
+        running, swapped out, or delivered and not yet handed to the policy. A run under way is
+        read, not cut: in it nothing joins the batch and nothing is preempted, so only the
+        requests that finish in its steps started by now have left."""
+        policy = self.policy
+        count = len(self.inbox) + len(policy.waiting) + len(policy.running) + len(policy.swapped)
+        open_run = self._open_run
+        if open_run is not None and open_run.finished is None:
+            count -= open_run.run.num_leaving(_num_started(open_run.end, open_run.ends, self.env.now))
+        return count
 
     def _cut_for_deliveries(self) -> None:
         """Requests were delivered now, while a run's steps are taken: the steps that started
@@ -387,7 +434,12 @@ class Engine:
         joined = self._hand_over(late, late_ticks)
         # In seconds, the steps' ends, starts and durations (`to_seconds` of each).
         seconds = [tick / TICKS_PER_SECOND for tick in (end, *ends)]
+        # (What routers read of a run under way, `num_outstanding`: checked against what it does.)
+        num_leaving = run.num_leaving(len(ends)) if self.limits.check_invariants else None
         finished, columns = run.apply(seconds[1:])
+        if num_leaving is not None and num_leaving != len(finished):
+            raise AssertionError(f"a run said {num_leaving} requests leave in its first {len(ends)} steps; "
+                                 f"{len(finished)} did")
         queue = len(self.policy.waiting)
         self.log.add_run(len(ends), columns._replace(
             start_s=seconds[:-1], duration_s=[(b - a) / TICKS_PER_SECOND for a, b in zip(starts, ends)],
@@ -489,7 +541,7 @@ class Engine:
         return RunResult(
             finished=list(policy.finished), rejected=list(policy.rejected), unfinished=unfinished, steps=self.log,
             end_reason=self.end_reason, sim_time_s=sim_time_s, wall_time_s=time.perf_counter() - wall_start,
-            num_events=self.num_events, itl=policy.itl,
+            num_events=self.num_events, itl=policy.itl, timed_out=list(policy.timed_out),
         )
 
     def _flush(self, final: bool = False) -> None:

@@ -1,12 +1,16 @@
 """Reading a Hugging Face `config.json` into a ModelSpec.
 
 Families: Llama, Mistral (with or without sliding_window), Qwen2 and Qwen3, Gemma 2, Gemma 3
-(text-only checkpoints, `Gemma3ForCausalLM`) and Phi-3. Key names and defaults follow the
-transformers configuration classes of each family (LlamaConfig, MistralConfig, Qwen2Config,
-Qwen3Config, Gemma2Config, Gemma3TextConfig, Phi3Config), including which layers slide and the
-defaults a config.json may leave out. Both spellings of RoPE settings are accepted: `rope_theta`
-and `rope_scaling` (transformers 4.x) and a `rope_parameters` mapping (transformers 5; per layer
-type for Gemma 3). `context_length` derives a model's context (the default max_model_len) as vLLM does.
+(text-only checkpoints, `Gemma3ForCausalLM`) and Phi-3; and the mixture-of-experts families
+Mixtral, Qwen3-MoE, DeepSeek-V2/V3 (with multi-head latent attention) and gpt-oss (sliding layers
+and attention sinks), which the roofline prices and the real engine refuses. Key names and
+defaults follow the transformers configuration classes of each family (LlamaConfig, MistralConfig,
+Qwen2Config, Qwen3Config, Gemma2Config, Gemma3TextConfig, Phi3Config, MixtralConfig,
+Qwen3MoeConfig, DeepseekV2Config, DeepseekV3Config, GptOssConfig), including which layers slide,
+which layers are sparse and the defaults a config.json may leave out. Both spellings of RoPE
+settings are accepted: `rope_theta` and `rope_scaling` (transformers 4.x) and a `rope_parameters`
+mapping (transformers 5; per layer type for Gemma 3). `context_length` derives a model's context
+(the default max_model_len) as vLLM does.
 """
 
 from __future__ import annotations
@@ -22,20 +26,44 @@ from simcore.model import ModelSpec
 # Architectures whose decoder layer ModelSpec describes, by config.json `architectures` entry
 # and by `model_type` (same order).
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                           "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM")
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3")
+                           "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM", "MixtralForCausalLM",
+                           "Qwen3MoeForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM",
+                           "GptOssForCausalLM")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text", "phi3", "mixtral",
+                         "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
 _GEMMA = ("gemma2", "gemma3_text")
+_QWEN = ("qwen2", "qwen3", "qwen3_moe")
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+# The key each MoE family names its routed-expert count with.
+_NUM_EXPERTS_KEY = {"mixtral": "num_local_experts", "qwen3_moe": "num_experts", "deepseek_v2": "n_routed_experts",
+                    "deepseek_v3": "n_routed_experts", "gpt_oss": "num_local_experts"}
+# MoE and MLA keys a config.json may leave out, with the configuration class's default. DeepSeek-V2's
+# class defaults describe the 236B model; its configs (and V2-Lite's) carry every key, so none are assumed.
+_MOE_DEFAULTS = {
+    "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2},
+    "qwen3_moe": {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+                  "decoder_sparse_step": 1},
+    "deepseek_v3": {"n_routed_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
+                    "n_shared_experts": 1, "first_k_dense_replace": 3, "kv_lora_rank": 512, "q_lora_rank": 1536,
+                    "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128},
+    "gpt_oss": {"num_local_experts": 128, "num_experts_per_tok": 4},
+}
 
 # transformers' defaults for keys a config.json may leave out.
 _DEFAULT_MAX_POSITIONS = {"llama": 2048, "mistral": 131072, "qwen2": 32768, "qwen3": 32768, "gemma2": 8192,
-                          "gemma3_text": 131072, "phi3": 4096}
-_DEFAULT_HEAD_DIM = {"qwen3": 128, "gemma2": 256, "gemma3_text": 256}  # others: hidden / heads
-_DEFAULT_RMS_NORM_EPS = {"phi3": 1e-5}  # others 1e-6
-_DEFAULT_ROPE_THETA = {"gemma3_text": 1_000_000.0}  # others 10000
+                          "gemma3_text": 131072, "phi3": 4096, "mixtral": 131072, "qwen3_moe": 32768,
+                          "deepseek_v2": 2048, "deepseek_v3": 4096, "gpt_oss": 131072}
+# Others (Qwen3MoeConfig has no head_dim): hidden / heads. DeepSeek: qk_nope_head_dim +
+# qk_rope_head_dim, whatever head_dim says.
+_DEFAULT_HEAD_DIM = {"qwen3": 128, "gemma2": 256, "gemma3_text": 256, "gpt_oss": 64}
+_DEFAULT_RMS_NORM_EPS = {"phi3": 1e-5, "mixtral": 1e-5, "gpt_oss": 1e-5}  # others 1e-6
+_DEFAULT_ROPE_THETA = {"gemma3_text": 1_000_000.0, "mixtral": 1_000_000.0, "gpt_oss": 150000.0}  # others 10000
 _DEFAULT_LOCAL_ROPE_THETA = 10000.0  # Gemma 3's sliding layers (rope_local_base_freq)
 # Sliding windows when the key is absent (an explicit null means none). Qwen2/3 use theirs only
 # with use_sliding_window; Llama has none.
-_DEFAULT_SLIDING_WINDOW = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "gemma2": 4096, "gemma3_text": 4096}
+# Mixtral's default is none (a window only when the file gives one).
+_DEFAULT_SLIDING_WINDOW = {"mistral": 4096, "qwen2": 4096, "qwen3": 4096, "qwen3_moe": 4096, "gemma2": 4096,
+                           "gemma3_text": 4096, "gpt_oss": 128}
 _DEFAULT_SOFTCAPS = {"gemma2": (50.0, 30.0), "gemma3_text": (None, None)}  # (attention, final)
 _GEMMA3_SLIDING_PATTERN = 6  # every 6th layer is global
 _QWEN_MAX_WINDOW_LAYERS = 28  # layers from this index on slide, when Qwen's window is on
@@ -81,7 +109,12 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
             f"num_attention_heads ({num_q_heads}) is not divisible by num_key_value_heads ({num_kv_heads})",
             source=source, where="num_key_value_heads", expected=f"a divisor of {num_q_heads}", found=num_kv_heads,
         )
-    head_dim = reader.positive_int("head_dim", default=_DEFAULT_HEAD_DIM.get(model_type))
+    mla = _mla_fields(reader, model_type)
+    if mla:
+        # The per-head q.k width; ModelSpec sizes the cache from the latent instead.
+        head_dim = mla["qk_nope_head_dim"] + mla["qk_rope_head_dim"]
+    else:
+        head_dim = reader.positive_int("head_dim", default=_DEFAULT_HEAD_DIM.get(model_type))
     if head_dim is None:
         if hidden_size % num_q_heads:
             raise ConfigError(
@@ -111,9 +144,10 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
             "max_position_embeddings", default=_DEFAULT_MAX_POSITIONS[model_type]),
         rms_norm_eps=reader.positive_float("rms_norm_eps", default=_DEFAULT_RMS_NORM_EPS.get(model_type, 1e-6)),
         # Qwen2 hard-codes a q/k/v bias and its config.json does not say so.
-        attention_bias=reader.boolean("attention_bias", default=model_type == "qwen2"),
+        # gpt-oss's class defaults it to true.
+        attention_bias=reader.boolean("attention_bias", default=model_type in ("qwen2", "gpt_oss")),
         hidden_act=_activation(reader, model_type),
-        qk_norm=model_type in ("qwen3", "gemma3_text"),
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text"),
         norm_weight_offset=1.0 if gemma else 0.0,
         sandwich_norms=gemma,
         embedding_scale=hidden_size**0.5 if gemma else 1.0,
@@ -123,6 +157,9 @@ def model_from_hf_dict(raw: dict[str, Any], *, source: str | None = None, name: 
         sliding_window=sliding_window,
         sliding_layers=sliding_layers,
         rope_local_theta=rope_local_theta,
+        attention_sinks=model_type == "gpt_oss",
+        **_moe_fields(reader, model_type, num_layers),
+        **mla,
     )
     context_length(spec, source=source)  # a bad rope_scaling factor is this file's error, said now
     return spec
@@ -270,6 +307,75 @@ def _reject_unsupported_features(reader: _Reader, model_type: str) -> None:
                               expected="1.0", found=factor)
 
 
+def _moe_fields(reader: _Reader, model_type: str, num_layers: int) -> dict[str, Any]:
+    """ModelSpec's mixture-of-experts fields: expert counts and widths, and which layers are sparse
+    (as each family's modeling code decides); none for a dense family."""
+    if model_type not in _NUM_EXPERTS_KEY:
+        return {}
+    defaults = _MOE_DEFAULTS.get(model_type, {})
+    experts_key = _NUM_EXPERTS_KEY[model_type]
+    # transformers maps num_experts and num_local_experts onto one attribute for these two; a file may use either.
+    other_key = {"qwen3_moe": "num_local_experts", "gpt_oss": "num_experts"}.get(model_type)
+    if other_key and reader.raw.get(experts_key) is None and reader.raw.get(other_key) is not None:
+        experts_key = other_key
+    num_experts = reader.positive_int(experts_key, default=defaults.get(experts_key, _Reader._MISSING))
+    top_k = reader.positive_int("num_experts_per_tok", default=defaults.get("num_experts_per_tok", _Reader._MISSING))
+    if top_k > num_experts:
+        raise ConfigError(f"num_experts_per_tok ({top_k}) is more than the {num_experts} experts ({experts_key})",
+                          source=reader.source, where="num_experts_per_tok", expected=f"at most {num_experts}",
+                          found=top_k)
+    fields: dict[str, Any] = {"num_experts": num_experts, "num_experts_per_tok": top_k,
+                              "moe_bias": model_type == "gpt_oss"}
+    if model_type in ("qwen3_moe", *_DEEPSEEK):
+        fields["moe_intermediate_size"] = reader.positive_int(
+            "moe_intermediate_size", default=defaults.get("moe_intermediate_size", _Reader._MISSING))
+    dense: list[int] = []
+    if model_type in _DEEPSEEK:
+        fields["num_shared_experts"] = _non_negative_int(reader, "n_shared_experts", defaults)
+        first_dense = _non_negative_int(reader, "first_k_dense_replace", defaults)
+        if first_dense > num_layers:
+            raise ConfigError("more leading dense layers than layers", source=reader.source,
+                              where="first_k_dense_replace", expected=f"at most num_hidden_layers ({num_layers})",
+                              found=first_dense)
+        frequency = reader.positive_int("moe_layer_freq", default=1)
+        # DeepSeek's modeling code: layer i is sparse when i >= first_k_dense_replace and i % moe_layer_freq == 0.
+        dense = [i for i in range(num_layers) if i < first_dense or i % frequency]
+    elif model_type == "qwen3_moe":
+        step = reader.positive_int("decoder_sparse_step", default=defaults["decoder_sparse_step"])
+        only = reader.get("mlp_only_layers", [])
+        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < num_layers
+                                             for i in only):
+            raise ConfigError("invalid value", source=reader.source, where="mlp_only_layers",
+                              expected=f"a list of layer indices in [0, {num_layers})", found=only)
+        # Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers, every decoder_sparse_step-th layer.
+        dense = [i for i in range(num_layers) if i in only or (i + 1) % step]
+    fields["dense_mlp_layers"] = tuple(dense)
+    return fields
+
+
+def _mla_fields(reader: _Reader, model_type: str) -> dict[str, Any]:
+    """ModelSpec's multi-head latent attention fields (DeepSeek-V2/V3); none for other families."""
+    if model_type not in _DEEPSEEK:
+        return {}
+    defaults = _MOE_DEFAULTS.get(model_type, {})
+    fields = {key: reader.positive_int(key, default=defaults.get(key, _Reader._MISSING))
+              for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")}
+    if "q_lora_rank" in reader.raw and reader.raw["q_lora_rank"] is None:
+        fields["q_lora_rank"] = 0  # DeepSeek-V2-Lite: q is one projection, no low-rank step
+    else:
+        default = defaults.get("q_lora_rank", _Reader._MISSING)
+        fields["q_lora_rank"] = reader.positive_int("q_lora_rank", default=default)
+    return fields
+
+
+def _non_negative_int(reader: _Reader, key: str, defaults: dict[str, Any]) -> int:
+    value = reader.get(key, defaults.get(key, _Reader._MISSING))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("invalid value", source=reader.source, where=key, expected="a non-negative integer",
+                          found=value)
+    return value
+
+
 def _activation(reader: _Reader, model_type: str) -> str:
     """The MLP activation: SiLU, or Gemma's tanh-approximated GELU (its own key, hidden_activation)."""
     if model_type in _GEMMA:
@@ -295,21 +401,23 @@ def _optional_positive(reader: _Reader, key: str, default: float | None) -> floa
 
 def _sliding_layers(reader: _Reader, model_type: str, num_layers: int) -> tuple[int | None, tuple[int, ...]]:
     """(sliding_window, indices of the layers that use it), as each family's modeling code decides."""
-    if model_type == "llama":
+    if model_type == "llama" or model_type in _DEEPSEEK:
         return None, ()
-    if model_type in ("qwen2", "qwen3") and not reader.boolean("use_sliding_window", default=False):
+    if model_type in _QWEN and not reader.boolean("use_sliding_window", default=False):
         return None, ()  # Qwen's sliding_window key is inert unless use_sliding_window is true
     if "sliding_window" in reader.raw and reader.raw["sliding_window"] is None:
         return None, ()
     window = reader.positive_int("sliding_window", default=_DEFAULT_SLIDING_WINDOW.get(model_type))
     if window is None:
         return None, ()
-    if model_type in ("mistral", "phi3"):
+    if model_type in ("mistral", "phi3", "mixtral"):
         return window, tuple(range(num_layers))  # one window for every layer; layer_types unused
     types = reader.get("layer_types", None)
     if types is None:
         if model_type == "gemma2":
             sliding = [i for i in range(num_layers) if (i + 1) % 2]
+        elif model_type == "gpt_oss":
+            sliding = [i for i in range(num_layers) if i % 2 == 0]  # GptOssConfig: sliding, full, sliding, ...
         elif model_type == "gemma3_text":
             pattern = reader.positive_int("sliding_window_pattern", default=_GEMMA3_SLIDING_PATTERN)
             sliding = [i for i in range(num_layers) if (i + 1) % pattern]

@@ -204,6 +204,7 @@ def summarize_frame(
     # the configuration's doing, whatever the load.
     out["num_rejected_on_arrival"] = int(((status == "rejected") & frame["first_scheduled_s"].isna()).sum())
     out["num_unfinished"] = int((status == "unfinished").sum())
+    out["num_timed_out"] = int((status == "timed_out").sum())  # their clients gave up (clients.timeout_s)
     out["total_input_tokens"] = num_in
     out["total_output_tokens"] = num_out
     out["request_throughput"] = num_done / duration if duration > 0 else None
@@ -236,6 +237,17 @@ def summarize_frame(
 
 
 SLO_COLUMNS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
+
+
+def measured_rows(frame: pd.DataFrame, warmup: int, cooldown: int) -> pd.DataFrame:
+    """The requests a summary measures: all but the first `warmup` and the last `cooldown` sent
+    (by arrival, then request id), in the table's order."""
+    if not warmup and not cooldown:
+        return frame
+    order = np.lexsort((frame["request_id"].to_numpy(), frame["arrival_s"].to_numpy()))
+    keep = np.zeros(len(frame), dtype=bool)
+    keep[order[warmup:max(len(order) - cooldown, warmup)]] = True
+    return frame[keep].reset_index(drop=True)
 
 
 def goodput(done: Mapping[str, np.ndarray], slo_ms: dict[str, float], duration: float) -> float | None:

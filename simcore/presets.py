@@ -3,22 +3,19 @@
 Model geometry is copied from each model's Hugging Face `config.json` (keys spelt as there).
 A model's context length, the default max_model_len, is derived from max_position_embeddings
 and rope_scaling as vLLM does (simcore.hf_config.context_length); each entry notes its value.
-Hardware numbers are vendor datasheet figures: dense (no sparsity) bf16 tensor-core FLOP/s and
-HBM bandwidth. Memory sizes use the vendor's "GB" read as 1e9 bytes. That is conservative:
-the A100-80GB and H100-SXM actually carry 80 GiB (85.9e9 bytes) and an H200 reports about
-140 GiB, so capacities computed from these presets come out ~7% low rather than optimistic.
+Accelerators and links are in simcore/hardware.yaml, a source beside every number: dense
+(no sparsity) tensor-core peaks per dtype, HBM bandwidth, interconnect and host link, and memory
+as the device reports it (nvidia-smi's total: an H200 reports 143771 MiB, not 141e9 bytes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from simcore.errors import ConfigError
+from simcore.hardware import GB, HardwareSpec, LinkSpec, hardware_from_mapping, load_links, load_presets  # noqa: F401 - GB re-exported
 from simcore.model import ModelSpec
 from simcore.paths import expand_home
-
-GB = 10**9  # vendors' decimal gigabyte
 
 # Llama 3.1 / 3.2 long-context RoPE scaling, spelt as in their config.json files.
 _LLAMA31_ROPE_SCALING = {
@@ -77,6 +74,65 @@ MODELS: dict[str, ModelSpec] = {
         rope_theta=500000.0, rope_scaling=dict(_LLAMA31_ROPE_SCALING), max_position_embeddings=131072,
         rms_norm_eps=1e-5,
     ),
+    # --- Mixture-of-experts and latent-attention models: the roofline prices them; the real
+    # engine (backends/torch) refuses them. Total/active parameters are checked against the
+    # model cards in tests/test_moe_mla.py.
+    # mistralai/Mixtral-8x7B-v0.1 config.json: 8 experts, top-2, each as wide as the dense MLP;
+    # sliding_window null. Context 32768.
+    "mixtral-8x7b": ModelSpec(
+        name="mixtral-8x7b", num_layers=32, hidden_size=4096, num_q_heads=32, num_kv_heads=8,
+        head_dim=128, intermediate_size=14336, vocab_size=32000, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-5,
+        num_experts=8, num_experts_per_tok=2,
+    ),
+    # Qwen/Qwen3-30B-A3B config.json: 128 experts of 768, top-8, no shared expert, every layer
+    # sparse (decoder_sparse_step 1, mlp_only_layers []); q/k norms as Qwen3. Context 40960.
+    "qwen3-30b-a3b": ModelSpec(
+        name="qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_q_heads=32, num_kv_heads=4,
+        head_dim=128, intermediate_size=6144, vocab_size=151936, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6, qk_norm=True,
+        num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
+    ),
+    # deepseek-ai/DeepSeek-V3 config.json: MLA (kv_lora_rank 512, q_lora_rank 1536, per-head q.k
+    # width 128 + 64, v 128), 256 routed experts of 2048 plus 1 shared, top-8, the first 3 layers
+    # dense (first_k_dense_replace). The multi-token-prediction layer (num_nextn_predict_layers,
+    # 14B more) is not counted: vLLM loads it only for speculative decoding. Context 163840
+    # (yarn, 40 x 4096).
+    "deepseek-v3": ModelSpec(
+        name="deepseek-v3", num_layers=61, hidden_size=7168, num_q_heads=128, num_kv_heads=128,
+        head_dim=192, intermediate_size=18432, vocab_size=129280, tie_word_embeddings=False,
+        rope_theta=10000.0, rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                                          "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                                          "type": "yarn"},
+        max_position_embeddings=163840, rms_norm_eps=1e-6,
+        num_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048, num_shared_experts=1,
+        dense_mlp_layers=(0, 1, 2), kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
+        qk_nope_head_dim=128, v_head_dim=128,
+    ),
+    # openai/gpt-oss-20b config.json: 32 experts, top-4, biases on the router and experts, q/k/v/o
+    # biases, a sink logit per head; layer_types alternate sliding (128 positions, even layers)
+    # and full attention. Context 131072 (yarn, 32 x 4096).
+    "gpt-oss-20b": ModelSpec(
+        name="gpt-oss-20b", num_layers=24, hidden_size=2880, num_q_heads=64, num_kv_heads=8,
+        head_dim=64, intermediate_size=2880, vocab_size=201088, tie_word_embeddings=False,
+        rope_theta=150000.0, rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                           "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                                           "truncate": False},
+        max_position_embeddings=131072, rms_norm_eps=1e-5, attention_bias=True,
+        sliding_window=128, sliding_layers=tuple(range(0, 24, 2)),
+        num_experts=32, num_experts_per_tok=4, moe_bias=True, attention_sinks=True,
+    ),
+    # openai/gpt-oss-120b config.json: gpt-oss-20b with 36 layers and 128 experts.
+    "gpt-oss-120b": ModelSpec(
+        name="gpt-oss-120b", num_layers=36, hidden_size=2880, num_q_heads=64, num_kv_heads=8,
+        head_dim=64, intermediate_size=2880, vocab_size=201088, tie_word_embeddings=False,
+        rope_theta=150000.0, rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                           "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                                           "truncate": False},
+        max_position_embeddings=131072, rms_norm_eps=1e-5, attention_bias=True,
+        sliding_window=128, sliding_layers=tuple(range(0, 36, 2)),
+        num_experts=128, num_experts_per_tok=4, moe_bias=True, attention_sinks=True,
+    ),
     # A made-up Llama small enough for CPU tests of the real engine (GQA with 2 groups); context 2048.
     "tiny-llama": ModelSpec(
         name="tiny-llama", num_layers=2, hidden_size=64, num_q_heads=4, num_kv_heads=2,
@@ -86,83 +142,10 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
-@dataclass(frozen=True)
-class LinkSpec:
-    """A copy path (host<->device, or between devices or machines): sustained bytes per second
-    one way, and a fixed cost per copy."""
-
-    name: str
-    bytes_per_s: float
-    latency_s: float
-
-
-@dataclass(frozen=True)
-class HardwareSpec:
-    """One accelerator as the roofline sees it."""
-
-    name: str
-    # Dense bf16 tensor-core peak, FLOP/s.
-    peak_flops: float
-    # Device memory bandwidth, bytes/s.
-    mem_bandwidth: float
-    # Device memory capacity, bytes.
-    memory_bytes: int
-    # Per-GPU one-way bandwidth seen by a tensor-parallel ring all-reduce, bytes/s.
-    interconnect_bandwidth: float
-    # Fixed cost of one all-reduce (launch and synchronisation), seconds.
-    interconnect_latency_s: float
-    # The host link a cost model uses for swaps when the user names none.
-    host_link: str = "pcie-gen4-pinned"
-
-
-# Copy latency: ~10 us for a cudaMemcpyAsync launch plus DMA setup (order of magnitude).
-_COPY_LATENCY_S = 10e-6
-
-LINKS: dict[str, LinkSpec] = {
-    # PCIe 4.0 x16 is 32 GB/s raw per direction; pinned copies reach ~25, pageable ~12
-    # because the driver stages pageable memory through a pinned bounce buffer.
-    "pcie-gen4-pinned": LinkSpec("pcie-gen4-pinned", 25 * GB, _COPY_LATENCY_S),
-    "pcie-gen4-pageable": LinkSpec("pcie-gen4-pageable", 12 * GB, _COPY_LATENCY_S),
-    # PCIe 5.0 x16 doubles the raw rate (64 GB/s); the pinned and pageable figures below are
-    # taken as twice the gen4 ones, except where a host was measured (the h200-host entries).
-    "pcie-gen5-pinned": LinkSpec("pcie-gen5-pinned", 50 * GB, _COPY_LATENCY_S),
-    "pcie-gen5-pageable": LinkSpec("pcie-gen5-pageable", 24 * GB, _COPY_LATENCY_S),
-    # Measured on one H200 host (DESIGN.md): ~55 GB/s pinned and ~21 GB/s pageable each way.
-    "h200-host-pinned": LinkSpec("h200-host-pinned", 55 * GB, _COPY_LATENCY_S),
-    "h200-host-pageable": LinkSpec("h200-host-pageable", 21 * GB, _COPY_LATENCY_S),
-}
-# NVLink all-reduce latency of a few microseconds per call (NCCL small-message regime).
-_NVLINK_LATENCY_S = 5e-6
-# Links between devices or machines, for a disaggregated cluster's KV transfers (one direction):
-# NVLink 4 (H100/H200 datasheets: 900 GB/s per GPU, both directions together); a 400 Gb/s NIC,
-# InfiniBand NDR or RoCE (NVIDIA ConnectX-7 datasheet: 400 Gb/s = 50 GB/s), with RDMA's few
-# microseconds per transfer, RoCE's a little more over Ethernet switches (order of magnitude).
-LINKS["nvlink-4"] = LinkSpec("nvlink-4", 450 * GB, _NVLINK_LATENCY_S)
-LINKS["infiniband-ndr"] = LinkSpec("infiniband-ndr", 50 * GB, 5e-6)
-LINKS["roce-400g"] = LinkSpec("roce-400g", 50 * GB, 10e-6)
-# A bare generation name means pinned memory, which is what engines allocate for swap space.
-LINKS["pcie-gen4"] = LinkSpec("pcie-gen4", LINKS["pcie-gen4-pinned"].bytes_per_s, _COPY_LATENCY_S)
-LINKS["pcie-gen5"] = LinkSpec("pcie-gen5", LINKS["pcie-gen5-pinned"].bytes_per_s, _COPY_LATENCY_S)
-
-
-HARDWARE: dict[str, HardwareSpec] = {
-    # NVIDIA A100 datasheet: 312 TFLOP/s bf16 dense, 2,039 GB/s (80GB SXM), NVLink3 600 GB/s
-    # total, i.e. 300 GB/s each way.
-    "a100-80gb": HardwareSpec("a100-80gb", 312e12, 2.039e12, 80 * GB, 300 * GB, _NVLINK_LATENCY_S),
-    # NVIDIA H100 SXM datasheet: 989 TFLOP/s bf16 dense, 3.35 TB/s, NVLink4 900 GB/s total.
-    "h100-sxm": HardwareSpec(
-        "h100-sxm", 989e12, 3.35e12, 80 * GB, 450 * GB, _NVLINK_LATENCY_S, host_link="pcie-gen5-pinned"
-    ),
-    # NVIDIA H200 datasheet: same compute as H100, 4.8 TB/s, 141 GB HBM3e.
-    "h200": HardwareSpec(
-        "h200", 989e12, 4.8e12, 141 * GB, 450 * GB, _NVLINK_LATENCY_S, host_link="h200-host-pinned"
-    ),
-    # NVIDIA L4 datasheet: 121 TFLOP/s bf16 dense (242 with sparsity), 300 GB/s, 24 GB; no
-    # NVLink, so tensor parallelism goes over PCIe 4.0.
-    "l4": HardwareSpec("l4", 121e12, 0.3e12, 24 * GB, 25 * GB, 20e-6),
-    # A nominal CPU "device" for tests and CPU runs of the real engine; order-of-magnitude only.
-    "cpu": HardwareSpec("cpu", 1e12, 50 * GB, 64 * GB, 20 * GB, 20e-6, host_link="pcie-gen4-pinned"),
-}
+# Accelerators and links come from simcore/hardware.yaml, a source for every number
+# (simcore/hardware.py loads and checks it; `servesim hardware` lists them).
+LINKS: dict[str, LinkSpec] = dict(load_links())
+HARDWARE: dict[str, HardwareSpec] = dict(load_presets())
 
 
 def model_names() -> list[str]:
@@ -199,11 +182,22 @@ def get_model(name_or_path: str, *, source: str | Path | None = None) -> ModelSp
     )
 
 
-def get_hardware(name: str, *, source: str | Path | None = None) -> HardwareSpec:
-    if name not in HARDWARE:
-        raise ConfigError("unknown hardware", source=_text(source), where="hardware",
-                          expected=f"one of {hardware_names()}", found=name, choices=HARDWARE)
-    return HARDWARE[name]
+def get_hardware(name_or_mapping: str | dict | HardwareSpec, *, source: str | Path | None = None,
+                 where: str = "hardware") -> HardwareSpec:
+    """A preset by name, or hardware given as a mapping (simcore.hardware: every field checked,
+    a bad one a ConfigError naming `source` and the field)."""
+    if isinstance(name_or_mapping, HardwareSpec):
+        return name_or_mapping
+    if isinstance(name_or_mapping, dict):
+        return hardware_from_mapping(name_or_mapping, source=_text(source), where=where, links=LINKS)
+    if not isinstance(name_or_mapping, str) or name_or_mapping not in HARDWARE:
+        # A family name (h100, a100) hints among its own parts, not at a look-alike (h200).
+        family = [h for h in HARDWARE if isinstance(name_or_mapping, str) and name_or_mapping
+                  and h.startswith(name_or_mapping)]
+        raise ConfigError("unknown hardware", source=_text(source), where=where,
+                          expected=f"one of {hardware_names()} or a mapping (docs/cost-models.md#hardware)",
+                          found=name_or_mapping, choices=family or HARDWARE)
+    return HARDWARE[name_or_mapping]
 
 
 def get_link(name: str, *, source: str | Path | None = None) -> LinkSpec:

@@ -24,6 +24,8 @@ class Status(enum.Enum):
     FINISHED = "finished"
     REJECTED = "rejected"
     UNFINISHED = "unfinished"
+    # Its client gave up before it finished (`clients.timeout_s`): it left the engine then.
+    TIMED_OUT = "timed_out"
 
 
 @dataclass(eq=False, slots=True)

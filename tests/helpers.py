@@ -30,6 +30,20 @@ def drive(policy, now: float = 0.0, step_s: float = 0.01):
     return plan, now + step_s
 
 
+def small_example(path, num_requests: int) -> list[str]:  # noqa: ANN001 - a Path
+    """`--set` overrides that run an example at `num_requests` requests: its warm-up and
+    cool-down (metrics.warmup_requests, cooldown_requests), where it has them, shrink to a
+    quarter of the run each."""
+    import yaml
+
+    overrides = [f"workload.num_requests={num_requests}"]
+    metrics = (yaml.safe_load(path.read_text()) or {}).get("metrics") or {}
+    for key in ("warmup_requests", "cooldown_requests"):
+        if metrics.get(key):
+            overrides.append(f"metrics.{key}={num_requests // 4}")
+    return overrides
+
+
 # A bound that tells a hang from slow work on a loaded machine (not a speed target): the fuzzers'
 # per-example guard and the tests that work done on a huge input stays bounded.
 HANG_S = 30.0

@@ -129,7 +129,7 @@ def test_calibrate_command_prints_errors_and_writes_a_usable_file(tmp_path, caps
     assert doc["kind"] == "roofline-calibration" and doc["hardware"] == "cpu"
     assert doc["error_after"]["all"]["median_abs_rel_error"] < doc["error_before"]["all"]["median_abs_rel_error"]
     tiny = CostContext(model=get_model("tiny-llama"), hardware_name="cpu", kv_dtype_bytes=4, weight_dtype_bytes=4,
-                       source=tmp_path / "exp.yaml")
+                       activation_dtype="fp32", source=tmp_path / "exp.yaml")
     model = make_roofline({"calibration": "c.yaml"}, tiny)
     rows = read_profile(TABLE).rows
     terms = shape_terms(model, rows)

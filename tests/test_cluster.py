@@ -20,13 +20,13 @@ CLUSTER_CONFIGS = [("continuous", {}), ("chunked_prefill", {"chunk_size": 16}),
 
 
 def cluster_run(requests, name, opts, *, router="round_robin", num_replicas=3, fast=True, caching=False,
-                clients=None, delay_s=0.0, num_blocks=64, horizon=None):  # noqa: ANN001, ANN201
+                clients=None, delay_s=0.0, num_blocks=64, horizon=None, timeout_s=None):  # noqa: ANN001, ANN201
     replicas = []
     for _ in range(num_replicas):
         policy = small_policy(name, opts, caching=caching, num_blocks=num_blocks)
         replicas.append(Replica(policy, cost_model(), accelerator_for(policy) if fast else None))
     return simulate_cluster(requests, replicas, router=make_router(router, num_replicas, seed=3),
-                            router_delay_s=delay_s, clients=clients,
+                            router_delay_s=delay_s, clients=clients, timeout_s=timeout_s,
                             limits=RunLimits(max_sim_time_s=horizon, check_invariants=True))
 
 
@@ -145,6 +145,94 @@ def test_closed_loop_clients_in_a_cluster_match_stepping():
     assert_tables_equal(*runs)
 
 
+def test_a_timed_out_request_leaves_with_its_blocks_and_the_rest_go_on():
+    """Constant 10 ms steps, one seat: a 100-output request given up after 0.5 s leaves then,
+    holding nothing; the one behind it, waiting for the seat, runs from then and finishes."""
+    from backends.constant import ConstantCostModel
+    from policies.registry import make_policy
+
+    requests = [req(0, 0.0, 40, 100), req(1, 0.1, 40, 5)]
+    for fast in (False, True):
+        policy = make_policy("continuous", num_blocks=64, block_size=4, max_num_seqs=1)
+        replica = simulate(requests, policy, ConstantCostModel(step_s=0.01), timeout_s=0.5,
+                           accelerator=accelerator_for(policy) if fast else None,
+                           limits=RunLimits(check_invariants=True))
+        (gave_up,) = replica.timed_out
+        assert gave_up.request_id == 0 and gave_up.finish_s == 0.5 and gave_up.status.value == "timed_out"
+        assert gave_up.num_outputs == 50  # a step every 10 ms from 0, the 50th started at 0.49
+        (done,) = replica.finished
+        assert done.request_id == 1 and done.first_scheduled_s == 0.5
+        assert policy.bm.num_used_blocks == 0
+
+
+@pytest.mark.parametrize("name, opts", CLUSTER_CONFIGS)
+def test_timeouts_match_stepping(name, opts):
+    """Requests given up while queued, running, swapped out or in the router's delay: runs of
+    steps are cut where a timeout changes them, so results are stepping's."""
+    requests = workload(2, content=True, sessions=True, num_requests=90, rate=60.0)
+    runs = [cluster_run(requests, name, opts, router="least_outstanding", fast=fast, caching=True, delay_s=0.002,
+                        num_blocks=40, timeout_s=0.3) for fast in (False, True)]
+    assert_tables_equal(tables(runs[0]), tables(runs[1]))
+    statuses = pd.concat([request_frame(r.requests) for r in runs[1].replicas])["status"].value_counts()
+    assert statuses["timed_out"] > 0 and statuses["finished"] > 0, statuses
+
+
+def test_requests_given_up_in_the_routers_delay_count_on_their_replica():
+    requests = workload(3, content=False, num_requests=12)
+    result = cluster_run(requests, "continuous", {}, num_replicas=2, delay_s=0.5, timeout_s=0.2)
+    for index, replica in enumerate(result.replicas):
+        assert len(replica.timed_out) == 6 and not replica.finished and not replica.steps.as_dict()["step_id"].size
+        assert all(r.finish_s == pytest.approx(r.arrival_s + 0.2) for r in replica.timed_out)
+        assert sorted(r.request_id for r in replica.timed_out) == \
+            sorted(d[0] for d in result.decisions if d[1] == index)
+
+
+def test_a_closed_loop_client_sends_its_next_request_when_it_gives_up():
+    requests = workload(7, content=False, num_requests=30)
+    clients = ClosedLoopSpec(1)
+    runs = [cluster_run(requests, "continuous", {}, num_replicas=1, fast=fast, clients=clients, timeout_s=0.05)
+            for fast in (False, True)]
+    assert_tables_equal(tables(runs[0]), tables(runs[1]))
+    (replica,) = runs[1].replicas
+    sent = sorted(replica.requests, key=lambda r: r.arrival_s)
+    assert len(sent) == 30 and replica.timed_out
+    for before, after in zip(sent, sent[1:]):
+        # One client: the next goes when the last came back, finished or given up 50 ms after it went.
+        assert after.arrival_s == before.finish_s
+        assert before.finish_s <= before.arrival_s + 0.05 + 1e-12
+
+
+def test_summaries_leave_out_the_warm_up_and_cool_down(tmp_path):
+    import json
+
+    from simcore.metrics import measured_rows
+    from tests.helpers import SMALL_EXPERIMENT
+    from tests.test_cli_errors import write
+
+    frame = pd.DataFrame({"request_id": [3, 0, 1, 2, 4], "arrival_s": [0.0, 0.5, 0.5, 0.2, 0.9]})
+    # Sent in the order 3, 2, 0, 1, 4 (ties by id): one warm-up and two cool-down requests out.
+    assert measured_rows(frame, 1, 2)["request_id"].tolist() == [0, 2]
+    assert measured_rows(frame, 0, 0) is frame
+    experiment = {**SMALL_EXPERIMENT, "workload": {**SMALL_EXPERIMENT["workload"], "num_requests": 40},
+                  "clients": {"concurrency": 4, "timeout_s": 0.05},
+                  "cluster": {"replicas": 2, "router": {"name": "least_outstanding"}}}
+    summaries = {}
+    for window in ((0, 0), (8, 4)):
+        experiment["metrics"] = {"warmup_requests": window[0], "cooldown_requests": window[1]}
+        out = tmp_path / f"out{window[0]}"
+        from experiments.cli import main
+
+        assert main(["run", str(write(tmp_path, experiment)), "--out", str(out), "--quiet"]) == 0
+        summaries[window] = json.loads((out / "continuous" / "summary.json").read_text())
+        assert len(pd.read_parquet(out / "continuous" / "requests.parquet")) == 40  # the table keeps all
+    whole, windowed = summaries[(0, 0)], summaries[(8, 4)]
+    assert whole["num_timed_out"] > 0 and "window" not in whole
+    assert windowed["num_requests"] == 28 == windowed["window"]["num_measured"]
+    assert sum(part["num_requests"] for part in windowed["replicas"]) == 28
+    assert windowed["completed"] + windowed["num_timed_out"] == 28
+    assert windowed["duration"] < whole["duration"]
+
+
 def test_clients_refuse_sessions_and_bad_concurrency():
     with pytest.raises(ValueError, match="follow-up turns"):
         cluster_run(workload(1, content=False, sessions=True), "continuous", {}, num_replicas=1,
@@ -177,6 +265,17 @@ def test_identical_replicas_at_n_times_the_rate_see_one_replicas_latencies():
     ({"cluster": {"replicas": 2, "router": {"name": "random", "delay_ms": -1}}}, ("cluster.router.delay_ms",)),
     ({"clients": {"concurrency": 0}}, ("clients.concurrency", "found 0")),
     ({"clients": {"concurrency": 2, "think_time": "gamma"}}, ("clients.think_time",)),
+    ({"clients": {"timeout_s": 0}}, ("clients.timeout_s", "found 0")),
+    ({"cluster": {"replicas": 2, "groups": [{"replicas": 2}]}}, ("cluster", "give groups")),
+    ({"cluster": {"replicas": 2, "prefill": {"hardware": "h200"}}}, ("cluster", "read only by a disaggregated")),
+    ({"cluster": {"groups": [{"replicas": 1}, {"replicas": 1, "hardware": "h201"}]}},
+     ("cluster.groups[1].hardware", "unknown hardware", "did you mean")),
+    ({"cluster": {"groups": [{"replicas": 0}]}}, ("cluster.groups[0].replicas", "found 0")),
+    ({"metrics": {"warmup_requests": 3, "cooldown_requests": 2}},
+     ("metrics.warmup_requests + metrics.cooldown_requests", "leave no request to measure")),
+    ({"clients": {"think_time_s": 1.0}}, ("clients", "read only by closed-loop clients")),
+    ({"clients": {"timeout_s": 5}, "cluster": {"prefill_replicas": 1, "decode_replicas": 1}},
+     ("clients.timeout_s: client timeouts are not modelled in a disaggregated cluster",)),
 ])
 def test_bad_cluster_and_clients_are_clear_errors(tmp_path, capsys, change, fragments):
     from tests.test_cli_errors import BASE, run_in_process, write
@@ -211,6 +310,43 @@ def test_a_cluster_run_writes_replica_columns_and_summaries(tmp_path):
         routes = pd.read_parquet(tmp_path / "out" / entry["label"] / "routes.parquet")
         assert sorted(routes["request_id"]) == list(range(30)) and set(routes["phase"]) == {"serve"}
         assert (routes.set_index("request_id")["replica"] == requests.set_index("request_id")["replica"]).all()
+    # The plots draw a cluster's load by replica (and not its steps' rows as one engine's).
+    from experiments.report_plot import plot_results
+
+    names = {path.name for path in plot_results(tmp_path / "out")}
+    assert "replica_timeline.png" in names and "timeline.png" not in names
+
+
+def test_replicas_that_differ(tmp_path):
+    """Groups with no changes are the plain cluster; a group on faster hardware, or with fewer
+    blocks, runs as such; a disaggregated cluster's sides take their own settings."""
+    import json
+
+    from experiments.cli import main
+    from tests.helpers import SMALL_EXPERIMENT
+    from tests.test_cli_errors import write
+
+    base = {**SMALL_EXPERIMENT, "kv_cache": {"block_size": 16}, "cost_model": {"name": "roofline"},
+            "workload": {**SMALL_EXPERIMENT["workload"], "num_requests": 60,
+                         "arrivals": {"kind": "poisson", "rate": 30.0}}}
+
+    def summary(cluster: dict) -> dict:
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        assert main(["run", str(write(tmp_path, {**base, "cluster": cluster})), "--out", str(out), "--quiet"]) == 0
+        return json.loads((out / "continuous" / "summary.json").read_text())
+
+    plain = summary({"replicas": 3})
+    grouped = summary({"groups": [{"replicas": 2}, {"replicas": 1, "tensor_parallel": 1}]})
+    for key in ("mean_ttft_ms", "p99_tpot_ms", "num_steps", "duration"):
+        assert plain[key] == grouped[key], key
+    mixed = summary({"groups": [{"replicas": 1, "hardware": "h200"}, {"replicas": 1, "hardware": "l4",
+                                                                       "kv_cache": {"num_blocks": 300}}]})
+    fast, slow = mixed["replicas"]
+    assert (fast["hardware"], slow["hardware"], slow["kv_num_blocks"]) == ("h200", "l4", 300)
+    assert fast["kv_num_blocks"] > 300 and fast["mean_ttft_ms"] < slow["mean_ttft_ms"]
+    split = summary({"prefill_replicas": 1, "decode_replicas": 1, "prefill": {"tensor_parallel": 2},
+                     "decode": {"hardware": "h200"}})
+    assert [(r["hardware"], r["tensor_parallel"]) for r in split["replicas"]] == [("h100-sxm", 2), ("h200", 1)]
 
 
 def disaggregated_run(requests, name, opts, *, num_prefill=1, num_decode=2, fast=True, caching=False,

@@ -69,6 +69,36 @@ def test_a_run_is_priced_as_its_steps(name):
         assert [float(t) for repeat in repeats for t in repeat_times(model, repeat)] == expected
 
 
+@pytest.mark.parametrize("model_name, params, context", [
+    # The overhead overlapping the device's work: it wins the max on small steps, loses on large.
+    ("llama-3.1-8b", {"async_scheduling": True, "step_overhead_s": 0.004, "per_seq_overhead_s": 2e-5}, {}),
+    ("llama-3.1-70b", {"collective_link": "nvlink-4"}, {"tensor_parallel": 4, "pipeline_parallel": 2,
+                                                         "activation_dtype": "fp8", "weight_dtype_bytes": 1}),
+    ("mixtral-8x7b", {}, {"tensor_parallel": 2}),  # the experts a step reads grow with its tokens
+    ("gpt-oss-20b", {}, {}),  # sliding-window layers: priced a step at a time
+])
+def test_roofline_variants_price_runs_as_their_steps(model_name, params, context):
+    ctx = CostContext(model=get_model(model_name), hardware_name="h100-sxm", **context)
+    model = build_cost_model("roofline", params, ctx)
+    rng = random.Random(model_name)
+    for _ in range(60):
+        repeats = random_repeats(rng)
+        expected = [model.step_time(plan) for repeat in repeats for plan in repeat.plans()]
+        assert [float(t) for repeat in repeats for t in repeat_times(model, repeat)] == expected
+
+
+def test_async_scheduling_hides_the_overhead_behind_the_device():
+    ctx = CostContext(model=get_model("llama-3.1-8b"), hardware_name="h100-sxm")
+    serial = build_cost_model("roofline", {"step_overhead_s": 0.004}, ctx)
+    overlapped = build_cost_model("roofline", {"step_overhead_s": 0.004, "async_scheduling": True}, ctx)
+    for num_decodes in (1, 256):
+        plan = StepPlan(0, tuple(ScheduledSeq(i, 1, 1000, True, 900) for i in range(num_decodes)))
+        parts = serial.breakdown(plan)
+        device = parts["dense_s"] + parts["attention_s"] + parts["comm_s"]
+        assert serial.step_time(plan) == device + 0.004
+        assert overlapped.step_time(plan) == max(device, 0.004)
+
+
 def test_every_registered_model_is_checked_or_prices_step_by_step():
     """A new cost model joins the check above; the real engine (which executes each step it
     prices) has no run pricing of its own."""

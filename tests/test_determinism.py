@@ -17,17 +17,20 @@ import pandas as pd
 import pytest
 
 from experiments.config import load_experiment
+from tests.helpers import small_example
 from workloads.spec import build_requests
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "experiments" / "examples").glob("*.yaml"))
-SMALL = ["--set", "workload.num_requests=30"]
+# Each example at 30 requests (tests.helpers.small_example).
+NUM_REQUESTS = 30
 
 
 def servesim_run(path: Path, out: Path, hash_seed: str, *extra: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": hash_seed}
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.cli", "run", str(path), "--out", str(out), "--quiet", *SMALL, *extra],
+        [sys.executable, "-m", "experiments.cli", "run", str(path), "--out", str(out), "--quiet",
+         *(item for override in small_example(path, NUM_REQUESTS) for item in ("--set", override)), *extra],
         capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
@@ -64,7 +67,7 @@ def check_identical_workload(path: Path, out: Path) -> None:
     arrivals (follow-up turns of closed-loop sessions arrive after their parent finishes, and
     closed-loop clients send requests as earlier ones come back, both depending on the policy, so
     only their lengths are compared)."""
-    exp = load_experiment(path, SMALL[1::2])
+    exp = load_experiment(path, small_example(path, NUM_REQUESTS))
     template = build_requests(exp.workload, seed=exp.seed, base_dir=path.parent, source=str(path))
     expected = pd.DataFrame({
         "request_id": [r.request_id for r in template],

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from experiments.cli import main
+from tests.helpers import small_example
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "experiments" / "examples").glob("*.yaml"))
 
@@ -19,7 +20,8 @@ def test_there_are_examples():
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_runs(path, tmp_path, capsys):
     out = tmp_path / "out"
-    code = main(["run", str(path), "--out", str(out), "--set", "workload.num_requests=24", "--check", "--quiet"])
+    sets = [item for override in small_example(path, 24) for item in ("--set", override)]
+    code = main(["run", str(path), "--out", str(out), *sets, "--check", "--quiet"])
     assert code == 0
     summaries = json.loads((out / "summary.json").read_text())
     assert summaries and all(s["completed"] + s["num_rejected"] + s["num_unfinished"] == s["num_requests"]

@@ -114,3 +114,29 @@ def test_registry_first_then_wheels_then_unzipping(tmp_path, monkeypatch):
 def test_nothing_is_installed_when_nothing_is_missing(tmp_path):
     got = script().ensure_dependencies({"json": ("nothing==0",)}, target=tmp_path / "site", log=lambda *_: None)
     assert got == {"missing": [], "source": None} and not (tmp_path / "site").exists()
+
+
+def test_stages_select_and_skip():
+    selected = script().selected_stages
+    assert selected("all") == set(script().STAGES)
+    assert selected("prefill,fidelity") == {"prefill", "profile", "validate"}
+    assert selected("all", "cuda-tests,engine,transformers") == {"prefill", "profile", "validate"}
+    with pytest.raises(SystemExit, match="unknown stage"):
+        selected("profile,nonsense")
+
+
+def test_prefill_stage_alone_compares_first_calls_and_names_sdpa_kernels(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "prefill"
+    proc = _run("--tiny", "--device", "cpu", "--out", str(out), "--stages", "prefill", timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    lines = _lines(out / "measurements.jsonl")
+    stages = {line["stage"] for line in lines if line["kind"] == "stage"}
+    assert stages == {"dependencies", "prefill"}
+    summaries = [line for line in lines if line["kind"] == "prefill_first_call_summary"]
+    assert {(s["form"], s["allow_cudnn"]) for s in summaries} == {
+        (f, a) for f in ("fresh", "continued", "mixed") for a in (False, True)}
+    assert all(s["first_median_s"] > 0 and s["repeat_median_s"] > 0 for s in summaries)
+    choices = [line for line in lines if line["kind"] == "sdpa_choice"]
+    assert len(choices) == 3 and all(c["engine (no cuDNN)"] != "CUDNN_ATTENTION" for c in choices)
+    assert "prefill steps on new prompt shapes" in proc.stdout

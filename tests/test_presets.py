@@ -10,7 +10,6 @@ import pytest
 from simcore.errors import ConfigError
 from simcore.model import kv_cache_gib
 from simcore.presets import (
-    GB,
     HardwareSpec,
     LinkSpec,
     get_hardware,
@@ -75,12 +74,13 @@ def test_llama31_8b_kv_matches_the_seed_example():
 
 def test_hardware_datasheet_numbers():
     h200 = get_hardware("h200")
-    assert (h200.peak_flops, h200.mem_bandwidth, h200.memory_bytes) == (989e12, 4.8e12, 141 * 10**9)
+    # Memory as the devices report it (nvidia-smi's total, MiB), not the datasheets' decimal GB.
+    assert (h200.peak_flops, h200.mem_bandwidth, h200.memory_bytes) == (989e12, 4.8e12, 143771 * 2**20)
     assert get_hardware("h100-sxm").mem_bandwidth == 3.35e12
     assert get_hardware("a100-80gb").peak_flops == 312e12
-    assert get_hardware("a100-80gb").memory_bytes == 80 * GB
+    assert get_hardware("a100-80gb").memory_bytes == 80 * 2**30
     l4 = get_hardware("l4")
-    assert (l4.peak_flops, l4.mem_bandwidth, l4.memory_bytes) == (121e12, 0.3e12, 24 * GB)
+    assert (l4.peak_flops, l4.mem_bandwidth, l4.memory_bytes) == (121e12, 0.3e12, 23034 * 2**20)
     for name in hardware_names():
         hw = get_hardware(name)
         assert hw.interconnect_bandwidth > 0 and hw.interconnect_latency_s >= 0

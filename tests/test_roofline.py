@@ -122,9 +122,10 @@ def test_tensor_parallel_splits_work_and_adds_all_reduce():
     p1, p2 = one.breakdown(MIXED), two.breakdown(MIXED)
     assert p2["dense_s"] == pytest.approx(p1["dense_s"] / 2)
     assert p2["attention_s"] == pytest.approx(p1["attention_s"] / 2)
-    # 2 all-reduces per layer x L=2, ring factor 2(tp-1)/tp = 1, T*h*2 bytes = 640, at 1e8 B/s, + 1 us each.
+    # 2 all-reduces per layer x L=2, ring factor 2(tp-1)/tp = 1, T*h*2 bytes = 640, at 1e8 B/s, + 2(tp-1) = 2
+    # ring hops of 1 us each.
     assert p1["comm_s"] == 0.0
-    assert p2["comm_s"] == pytest.approx(4 * (640 / 1e8 + 1e-6))
+    assert p2["comm_s"] == pytest.approx(4 * (640 / 1e8 + 2e-6))
     assert two.step_time(MIXED) == pytest.approx(sum(v for v in p2.values()))
 
 
@@ -182,7 +183,7 @@ def test_factory_errors_name_the_file_and_field(tmp_path, params, needle):
 
 def test_factory_unknown_hardware():
     with pytest.raises(ConfigError, match="did you mean 'h200'"):
-        make_roofline({}, CostContext(model=TINY, hardware_name="h20O"))
+        make_roofline({}, CostContext(model=TINY, hardware_name="h200x"))
 
 
 # --- a run's prices equal step_time's on each of its steps, bit for bit --------------------------

@@ -132,3 +132,34 @@ def test_sliced_projection_equals_one_linear():
     x = torch.randn(5, 48, generator=gen)
     torch.testing.assert_close(project(x, weight), F.linear(x, weight), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(project(x, weight, bias), F.linear(x, weight, bias), atol=1e-5, rtol=1e-5)
+
+
+def test_masked_attention_with_repeated_kv_heads_equals_grouped_query_attention():
+    # CUDA prompt pieces repeat K/V heads so that the memory-efficient kernel (no grouped heads in
+    # torch 2.11), not the math kernel, takes a masked call: it must be the same attention.
+    from backends.torch.attention import masked_attention, repeat_heads
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 5, 16, generator=gen)
+    keys, values = torch.randn(2, 2, 9, 16, generator=gen), torch.randn(2, 2, 9, 16, generator=gen)
+    mask = torch.arange(9)[None, None, None, :] <= (torch.arange(5) + 4)[None, None, :, None]
+    mask = mask.expand(2, 1, 5, 9).clone()
+    mask[1, :, :, :2] = False  # a second piece that sees fewer keys
+    grouped = masked_attention(q, keys, values, mask, 0.25)
+    repeated = masked_attention(q, keys, values, mask, 0.25, repeat_kv=True)
+    torch.testing.assert_close(repeated, grouped)
+    assert repeat_heads(keys, 4)[:, 5].equal(keys[:, 1])  # query head 5 reads KV head 5 // 4
+
+
+def test_eager_forwards_on_cuda_exclude_cudnn_attention():
+    from backends.torch.attention import sdpa_backends
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with sdpa_backends(torch.device("cpu")):
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with sdpa_backends(torch.device("cuda"), allow_cudnn=True):
+        assert torch.backends.cuda.cudnn_sdp_enabled() == before
+    with sdpa_backends(torch.device("cuda")):
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -74,5 +74,17 @@ def test_grid_has_multi_piece_and_long_context_prefills_and_rounds_interleave(tm
     assert rounds == [(0, 3), (1, 3), (2, 3)]
     assert len(rows) == len(small) and all(r["time_s"] > 0 for r in rows)
     assert {r["num_prefill_continuations"] for r in rows} >= {0.0, 1.0}
+    # The untimed first run of each shape is kept beside the median: a serving run meets most prompt
+    # shapes once, so what a first run costs above the median is what a profile's time_s lacks.
+    assert all(r["first_time_s"] > 0 for r in rows)
     blocked = profile_rows(model, small[:3], 1, interleave=False)
     assert [r["num_seqs"] for r in blocked] == [r["num_seqs"] for r in rows[:3]]
+    assert all("first_time_s" not in r for r in blocked)
+
+
+def test_profile_table_keeps_first_run_times(tmp_path):
+    out = tmp_path / "p.csv"
+    run_profile(tiny_spec(), out=out, device="cpu", block_size=8, max_context=64, max_batch=4, quick=True, reps=1)
+    header = next(line for line in out.read_text().splitlines() if not line.startswith("#"))
+    assert "first_time_s" in header.split(",")
+    assert read_profile(out).rows  # an extra column the reader ignores

@@ -12,21 +12,43 @@ see. So a layer makes at most two attention calls (decodes, then pieces) instead
 Sliding-window layers add `key > query - window` to every mask; soft-capped layers (Gemma 2)
 compute the scores explicitly, since SDPA cannot cap them. The masks are built once per step and
 shared by all layers.
+
+On CUDA the engine runs its eager forwards under `sdpa_backends` (no cuDNN attention, see there),
+and masked grouped-query pieces repeat their K/V heads so that the memory-efficient kernel, not the
+math fallback, takes them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from backends.torch.kv_pool import KVPool
 from simcore.errors import ConfigError
 from simcore.model import ModelSpec
 
 ATTENTION_CHOICES = ("auto", "portable", "triton", "flex")
+
+# SDPA kernels the eager forward may use on CUDA: every one but cuDNN attention, which torch puts
+# first on sm90/sm100 with cuDNN > 9.15 and which builds an execution plan per distinct (batch,
+# heads, query length, key length) the first time it meets one (tens of ms). A serving run meets a
+# new prompt length at almost every prefill step, and a profile (each shape timed after an untimed
+# first run) never sees that cost: on the first H200 run (torch 2.11) prompt steps took 45-90 ms
+# more the first time their shape came up, 2-4x their profiled time (benchmarks/results/
+# h200-2026-12-04). Flash and memory-efficient attention have no per-shape setup.
+NO_CUDNN_SDPA = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def sdpa_backends(device: torch.device, *, allow_cudnn: bool = False) -> contextlib.AbstractContextManager:
+    """The SDPA kernels an eager forward on `device` may use: all but cuDNN on CUDA (unless allowed)."""
+    if device.type != "cuda" or allow_cudnn:
+        return contextlib.nullcontext()
+    return sdpa_kernel(list(NO_CUDNN_SDPA))
 
 
 @dataclass
@@ -159,14 +181,21 @@ class PortableDecode:
 
 
 def masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float,
-                     softcap: float | None = None) -> torch.Tensor:
+                     softcap: float | None = None, *, repeat_kv: bool = False) -> torch.Tensor:
     """SDPA of q [B, H, Lq, d] over keys/values [B, H_KV, Lk, d] (H a multiple of H_KV) under a bool mask.
 
     With `softcap` the scores are capped (cap * tanh(s / cap)) before the mask, as Gemma 2 does;
-    SDPA has no such hook, so that path computes the scores explicitly.
+    SDPA has no such hook, so that path computes the scores explicitly. `repeat_kv` copies each
+    K/V head to its query heads instead of asking SDPA for grouped-query attention: with cuDNN
+    excluded, no fused kernel of torch 2.11 takes a mask with grouped heads (flash takes no mask,
+    memory-efficient attention no grouped heads until later releases), so without the copy a masked
+    prompt piece runs the math kernel, which materialises every score. The same attention, exactly.
     """
     groups = q.shape[1] // keys.shape[1]
     if softcap is None:
+        if repeat_kv and groups > 1:
+            keys, values = repeat_heads(keys, groups), repeat_heads(values, groups)
+            groups = 1
         return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=scale, enable_gqa=groups > 1)
     b, h, lq, d = q.shape
     # Fold query heads onto their KV head so one matmul serves the group without repeating K/V.
@@ -176,6 +205,12 @@ def masked_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     scores = scores.view(b, keys.shape[1], groups, lq, -1).masked_fill(~mask[:, :, None], float("-inf"))
     probs = torch.softmax(scores.float(), dim=-1).to(q.dtype).view(b, keys.shape[1], groups * lq, -1)
     return torch.matmul(probs, values).view(b, h, lq, d)
+
+
+def repeat_heads(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """[B, H_KV, L, d] -> [B, H_KV * groups, L, d]: query head h reads KV head h // groups (as enable_gqa)."""
+    b, h, length, d = x.shape
+    return x[:, :, None].expand(b, h, groups, length, d).reshape(b, h * groups, length, d)
 
 
 def flat(cache: torch.Tensor) -> torch.Tensor:
@@ -235,7 +270,7 @@ class StepAttention:
         keys = flat(k_cache).index_select(0, batch.key_slots.view(-1)).view(key_shape)
         values = flat(v_cache).index_select(0, batch.key_slots.view(-1)).view(key_shape)
         out = masked_attention(queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), mask,
-                               self.scale, self.softcap)  # [P, H_Q, Lq, d]
+                               self.scale, self.softcap, repeat_kv=q.device.type == "cuda")  # [P, H_Q, Lq, d]
         out = out.transpose(1, 2).reshape(num_pieces * max_new, *q.shape[1:])
         return out.index_select(0, batch.output_index)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from backends.torch.attention import StepAttention
+from backends.torch.attention import StepAttention, sdpa_backends
 from backends.torch.inputs import StepBatch, TableCache, Uploader, build_batch
 from backends.torch.kv_pool import KVPool
 from backends.torch.model import LlamaModel
@@ -37,6 +37,9 @@ class PagedEngine:
         self.keep_logits: str | None = None
         self.last_logits: dict[int, torch.Tensor] = {}
         self._block_limit = pool.num_blocks
+        # cuDNN attention pays a plan build per new prompt shape (see attention.NO_CUDNN_SDPA); True
+        # lets torch choose it anyway (benchmarks/gpu_check.py's prefill stage compares the two).
+        self.allow_cudnn_attention = False
 
     # --- per-request state -------------------------------------------------------------------
     def output_token_ids(self, request_id: int) -> list[int]:
@@ -79,7 +82,8 @@ class PagedEngine:
         if self.graphs is not None and self.keep_logits is None and self.graphs.can_run(batch):
             return self.graphs.run(batch)
         attend = StepAttention(self.pool, batch.meta, self.decode_backend, self.model.spec)
-        hidden = self.model(batch.input_ids, batch.positions, attend)
+        with sdpa_backends(self.pool.device, allow_cudnn=self.allow_cudnn_attention):
+            hidden = self.model(batch.input_ids, batch.positions, attend)
         if self.keep_logits == "all":
             self._keep_all(batch, self.model.logits(hidden))
         if not batch.selecting:

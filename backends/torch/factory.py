@@ -28,6 +28,7 @@ from backends.torch.host_memory import move_weights_to_huge_pages
 from backends.torch.kv_pool import KVPool
 from backends.torch.model import LlamaModel
 from backends.torch.sampling import SamplingParams
+from backends.torch.support import check_engine_supports
 from backends.torch.weights import load_checkpoint
 from simcore.errors import ConfigError, ServesimError
 from simcore.model import ModelSpec
@@ -103,6 +104,7 @@ def build_engine(
     sampling: SamplingParams | None = None, source: object = None,
 ) -> PagedEngine:
     """Model (random or loaded), KV pool and decode backend, wired into a PagedEngine."""
+    check_engine_supports(spec, source=source)  # MoE, MLA, attention sinks: refused by name
     max_blocks = min(num_blocks, -(-spec.max_position_embeddings // block_size))
     backend = resolve_backend(attention, device, source=source, max_blocks_per_seq=max_blocks, spec=spec)
     model = LlamaModel(spec, device=device, dtype=dtype)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import platform
 import random
 import statistics
@@ -157,6 +158,10 @@ def profile_rows(cost_model: TorchCostModel, shapes: list[StepShape], reps: int,
         probe = runner.plan(shape)
         probes.append(plan_shape(probe))
         runner.forget(probe)
+    # Each shape's untimed first run: what a shape costs the first time the process meets it (plan
+    # builds, allocator growth). A serving run meets most prompt shapes once, so a first run far
+    # above the median is a cost the table's time_s does not hold.
+    first: list[float] = [math.nan] * len(shapes)
     if interleave:
         walls: list[list[float]] = [[] for _ in shapes]
         gpus: list[list[float]] = [[] for _ in shapes]
@@ -171,6 +176,8 @@ def profile_rows(cost_model: TorchCostModel, shapes: list[StepShape], reps: int,
                 if rnd:  # round 0 pays one-time costs (allocator growth, autotuning)
                     walls[i].append(wall)
                     gpus[i].append(gpu)
+                else:
+                    first[i] = wall
             if round_progress is not None:
                 round_progress(rnd, reps + 1)
         timed = [(statistics.median(w), statistics.median(g)) for w, g in zip(walls, gpus, strict=True)]
@@ -179,6 +186,8 @@ def profile_rows(cost_model: TorchCostModel, shapes: list[StepShape], reps: int,
     rows = []
     for i, (shape_row, (wall, gpu)) in enumerate(zip(probes, timed, strict=True)):
         row = {"kind": step_kind(shape_row), **shape_row, "time_s": wall, "gpu_time_s": gpu, "reps": reps}
+        if not math.isnan(first[i]):
+            row["first_time_s"] = first[i]
         rows.append(row)
         if progress is not None:
             progress(i, len(shapes), row)

@@ -5,6 +5,7 @@
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("experiments.commands.run", "simulate an experiment file and write a results folder"),
     "kv-size": ("experiments.commands.kv_size", "KV-cache bytes for a model geometry (see docs/kv-cache.md)"),
+    "hardware": ("experiments.commands.hardware", "list the hardware and link presets the roofline prices steps on"),
     "profile": ("experiments.commands.profile", "time a grid of step shapes on the real torch engine"),
     "sweep": ("experiments.commands.sweep", "run every point of an experiment's sweep/variants (resumable)"),
     "report": ("experiments.commands.report", "print comparison tables for a run or sweep results folder"),

@@ -56,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
         if not sep:
             raise ServesimError(f"--set expects KEY=VALUE, found {item!r}")
         fixed[key.strip()] = parse_yaml(raw, where=f"--set {key.strip()}")
+    # The profile's activations are in its weights' dtype (the torch engine runs unquantized).
     ctx = CostContext(model=spec, hardware_name=args.hardware, kv_dtype_bytes=DTYPE_BYTES[kv_dtype],
-                      weight_dtype_bytes=DTYPE_BYTES[weight_dtype], tensor_parallel=args.tensor_parallel)
+                      weight_dtype_bytes=DTYPE_BYTES[weight_dtype], activation_dtype=weight_dtype,
+                      tensor_parallel=args.tensor_parallel)
     check_geometry(table, ctx, str(args.profile))
     base = make_roofline(fixed, ctx)
     result = fit_roofline(base, table.rows, fit=fit)

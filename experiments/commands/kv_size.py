@@ -41,6 +41,16 @@ def run(args: argparse.Namespace) -> int:
         "kv_gib": kv_cache_gib(**sizes),
     }
     spec = geometry["spec"]
+    if spec is not None and spec.is_mla:
+        # Multi-head latent attention (DeepSeek): one latent of kv_lora_rank + qk_rope_head_dim
+        # scalars per position per layer, shared by every head, not K and V per KV head
+        # (docs/kv-cache.md#multi-head-latent-attention).
+        per_token = spec.kv_bytes_per_token(bytes_per_value)
+        result.update({
+            "kv_heads": None, "head_dim": None, "attention": "mla", "kv_lora_rank": spec.kv_lora_rank,
+            "qk_rope_head_dim": spec.qk_rope_head_dim, "bytes_per_token": per_token,
+            "kv_bytes": per_token * args.tokens * args.batch, "kv_gib": per_token * args.tokens * args.batch / GIB,
+        })
     if spec is not None and spec.num_sliding_layers:
         # Sliding-window layers keep only their last `sliding_window` positions, so the bytes a
         # request needs grow at the full-attention layers' rate past the window. The paged pool
@@ -51,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         result.update({
             "sliding_window": spec.sliding_window,
             "sliding_layers": spec.num_sliding_layers,
-            "bytes_per_token_past_window": kv_cache_bytes(**{**sizes, "layers": full_layers, "batch": 1, "seq_len": 1}),
+            "bytes_per_token_past_window": full_layers * spec.kv_scalars_per_token_per_layer() * bytes_per_value,
             "kv_bytes_allocated": result["kv_bytes"],
             "kv_bytes": needed,
             "kv_gib": needed / GIB,
@@ -63,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             print(f"{key}={value}")
     label = result["model"] or f"L={sizes['layers']} H_KV={sizes['kv_heads']} d_h={sizes['head_dim']}"
+    if result.get("attention") == "mla":
+        label += f" (MLA latent {result['kv_lora_rank']} + {result['qk_rope_head_dim']} per layer)"
     allocated = result.get("kv_bytes_allocated")
     note = "" if allocated is None else f"; a paged pool keeping every layer's positions allocates {allocated / GIB:.4g} GiB"
     print(f"# {label}: {args.batch} x {args.tokens} tokens at {args.dtype} -> "
