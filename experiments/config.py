@@ -153,8 +153,12 @@ class SLOConfig(Strict):
 
 
 class MetricsConfig(Strict):
-    # Selection/delivery time after the step that selects an output (TTFT's third term).
+    # Selection/delivery time after the step that selects an output (TTFT's third term): the
+    # server's time per output (detokenizing, streaming).
     delivery_ms: float = Field(0.0, ge=0)
+    frontend_ms: float = Field(0.0, ge=0, description=(
+        "the server's time before its engine sees a request (HTTP, tokenization): each request reaches the "
+        "engine (or the router) this long after it arrived; counted in TTFT and E2EL, as clients measure them"))
     slo: SLOConfig = Field(default_factory=SLOConfig)
     warmup_requests: int = Field(0, ge=0, description=(
         "the first this many requests sent (by arrival) are left out of the summaries: the warm-up, before "

@@ -210,7 +210,10 @@ def run_experiment(
         policy_dir = path_under(out_dir, label) if out_dir is not None else None
         replicas, sinks, recorded = [], [], []
         for setup in setups:
-            cost_model = build_cost_model(setup.exp.cost_model.name, setup.exp.cost_model.params, setup.ctx)
+            try:
+                cost_model = build_cost_model(setup.exp.cost_model.name, setup.exp.cost_model.params, setup.ctx)
+            except ConfigError as exc:
+                raise _in_changes(exc, setup.changes) from None
             # A cost model that ran a real engine may keep the tokens it selected (torch's
             # record_tokens): read from the model itself, as a wrapper need not pass the hook on.
             recorded.append(getattr(cost_model, "recorded_tokens", None))
@@ -240,7 +243,8 @@ def run_experiment(
         try:
             cluster = simulate_cluster(template, replicas, router=router, limits=limits, clients=clients,
                                        router_delay_s=exp.cluster.router.delay_ms / 1000.0 if exp.cluster else 0.0,
-                                       disaggregation=disaggregation, timeout_s=timeout_s)
+                                       disaggregation=disaggregation, timeout_s=timeout_s,
+                                       frontend_s=exp.metrics.frontend_ms / 1000.0)
         except ClientsRefuseWorkload as exc:
             raise ConfigError(str(exc), source=source_str, where="clients",
                               expected="a workload without follow-up turns") from None
@@ -352,11 +356,23 @@ def _policy_extra(policy, result: RunResult, frame: pd.DataFrame) -> dict:  # no
 @dataclass(frozen=True)
 class ReplicaSetup:
     """A replica's experiment (the cluster's own, or with its group's or side's changes), its KV
-    facts (`resolve_kv`) and its cost models' context."""
+    facts (`resolve_kv`) and its cost models' context; `changes`: where its changes are
+    (cluster.groups[i], cluster.prefill or cluster.decode; None: none)."""
 
     exp: Experiment
     kv: dict
     ctx: CostContext
+    changes: str | None = None
+
+
+def _in_changes(exc: ConfigError, changes: str | None) -> ConfigError:
+    """`exc` naming its field as a replica's changes give it (cluster.groups[1].hardware)."""
+    if changes is None:
+        return exc
+    text = str(exc)
+    if exc.where:
+        text = text.replace(f"{exc.where}: ", f"{changes}.{exc.where}: ", 1)
+    return ConfigError(text if changes in text else f"{changes}: {text}")
 
 
 def _replica_setups(exp: Experiment, own: ReplicaSetup, source: str | Path | None) -> list[ReplicaSetup]:
@@ -370,17 +386,12 @@ def _replica_setups(exp: Experiment, own: ReplicaSetup, source: str | Path | Non
             out.append(own)
             continue
         if id(change) not in setups:
-            variant = change.applied_to(exp)
+            variant, changes = change.applied_to(exp), _replica_kind(exp, change)
             try:
                 kv = resolve_kv(variant, source=str(source) if source is not None else None)
             except ConfigError as exc:
-                # The field is the group's (or side's): named so, e.g. cluster.groups[1].hardware.
-                kind = _replica_kind(exp, change)
-                text = str(exc)
-                if exc.where:
-                    text = text.replace(f"{exc.where}: ", f"{kind}.{exc.where}: ", 1)
-                raise ConfigError(text if kind in text else f"{kind}: {text}") from None
-            setups[id(change)] = ReplicaSetup(variant, kv, cost_context(variant, kv, source))
+                raise _in_changes(exc, changes) from None
+            setups[id(change)] = ReplicaSetup(variant, kv, cost_context(variant, kv, source), changes)
         out.append(setups[id(change)])
     return out
 

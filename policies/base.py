@@ -497,14 +497,9 @@ class Scheduler:
         """A victim (off the batch, its blocks freed) that could never come back is rejected
         with the outputs it has, at the preemption (`readmission_reason`)."""
         self.tally.preemptions[kind] += 1
-        self.prefix.forget(victim.request_id)
-        self.preempted_at.pop(victim.request_id, None)
-        del self.by_id[victim.request_id]
         victim.num_processed = 0
-        victim.status = Status.REJECTED
         victim.reject_reason = reason
-        victim.finish_s = self._now
-        self.rejected.append(victim)
+        self._leave(victim, Status.REJECTED, self._now, self.rejected)
 
     def _mark_preempted(self, victim: Request, kind: str) -> None:
         """Note when and where a preemption found `victim`, so that the time until it is back
@@ -607,12 +602,17 @@ class Scheduler:
         self.running.remove(request)
         self.num_resident_tokens -= request.num_processed
         self._release_blocks(request)
+        self._leave(request, Status.FINISHED, at, self.finished)
+
+    def _leave(self, request: Request, status: Status, at: float, into: list[Request]) -> None:
+        """`request` (off the batch and the queues, its blocks seen to) leaves the policy at
+        `at`: finished, rejected or timed out, into that list."""
         self.prefix.forget(request.request_id)
         self.preempted_at.pop(request.request_id, None)
         del self.by_id[request.request_id]
-        request.status = Status.FINISHED
+        request.status = status
         request.finish_s = at
-        self.finished.append(request)
+        into.append(request)
 
     def _release_blocks(self, request: Request) -> None:
         """A finished request's blocks go back (a policy may hold them longer), unless the
@@ -640,12 +640,7 @@ class Scheduler:
             assert request.status is Status.SWAPPED and self.host is not None
             self.swapped.remove(request)
             self.host.release(request.request_id)
-        self.prefix.forget(request.request_id)
-        self.preempted_at.pop(request.request_id, None)
-        del self.by_id[request.request_id]
-        request.status = Status.TIMED_OUT
-        request.finish_s = now
-        self.timed_out.append(request)
+        self._leave(request, Status.TIMED_OUT, now, self.timed_out)
 
     def drain_unfinished(self) -> list[Request]:
         """When a time horizon ends the run: everything still queued or running, marked unfinished."""

@@ -40,7 +40,7 @@ from simcore.errors import ServesimError
 from simcore.presets import LinkSpec
 from simcore.pricing import CostModel
 from simcore.request import Request, Status
-from simcore.sources import ClosedLoop, FollowUps, Releases, Sink, deliver_at, replay
+from simcore.sources import ClosedLoop, Delay, FollowUps, Releases, Sink, deliver_at, replay
 from simcore.steplog import StepLog
 
 
@@ -275,7 +275,7 @@ class Timeouts:
         self.env = env
         self.sink = sink
         self.engines = engines
-        self.timeout = duration_ticks(timeout_s)
+        self.timeout = to_ticks(timeout_s)  # (a huge one means never: to_ticks counts any)
         self.releases = releases
         # (deadline, request) in the order the requests came: deadlines come in that order too.
         self._pending: deque[tuple[int, Request]] = deque()
@@ -370,6 +370,7 @@ def simulate(
     steps_spill: Path | None = None,
     clients: ClosedLoopSpec | None = None,
     timeout_s: float | None = None,
+    frontend_s: float = 0.0,
 ) -> RunResult:
     """Replay `requests` through one engine running `policy`, pricing steps with `cost_model`
     (and taking runs of steps at once where `accelerator` extends a planned step).
@@ -381,10 +382,12 @@ def simulate(
     (simulated seconds, requests finished) every few hundred events, for a progress bar.
     Follow-up turns (`parent_id`) arrive their think time after their parent finishes (or is
     rejected). With `clients`, closed-loop clients send the requests, in order, instead. With
-    `timeout_s`, a request not finished that long after it arrived is given up (`Timeouts`).
+    `timeout_s`, a request not finished that long after it arrived is given up (`Timeouts`); with
+    `frontend_s`, each reaches the engine that long after it arrived (`Delay`).
     """
     replica = Replica(policy, cost_model, accelerator, on_step, on_finished, on_progress, steps_spill)
-    result = simulate_cluster(requests, [replica], limits=limits, clients=clients, timeout_s=timeout_s)
+    result = simulate_cluster(requests, [replica], limits=limits, clients=clients, timeout_s=timeout_s,
+                              frontend_s=frontend_s)
     return result.replicas[0]
 
 
@@ -398,12 +401,15 @@ def simulate_cluster(
     clients: ClosedLoopSpec | None = None,
     disaggregation: Disaggregation | None = None,
     timeout_s: float | None = None,
+    frontend_s: float = 0.0,
 ) -> ClusterResult:
     """Run `requests` through `replicas` behind `router` (one replica needs none): see the module
     docstring. With `disaggregation`, its first `num_prefill` replicas prefill and the others
     decode (`KVTransfers`); `router` picks among the prefill replicas. With `timeout_s`, clients
     give up on a request not finished that long after it arrived (`Timeouts`; not with
-    `disaggregation`). The requests are a template and are never modified."""
+    `disaggregation`); with `frontend_s`, each request reaches the router that long after it
+    arrived (`Delay`: a server's HTTP and tokenization). The requests are a template and are
+    never modified."""
     limits = limits or RunLimits()
     if len(replicas) > 1 and router is None:
         raise ValueError("several replicas need a router")
@@ -443,6 +449,8 @@ def simulate_cluster(
         else:
             dispatch = Dispatch(env, engines, router, router_delay_s) if router is not None else None
         sink: Sink = transfers or dispatch or engines[0]
+        frontend = Delay(sink, frontend_s) if frontend_s else None
+        sink = frontend or sink
         if timeout_s is not None:
             sink = Timeouts(env, sink, engines, timeout_s, releases)
         if closed_loop is not None:
@@ -468,7 +476,8 @@ def simulate_cluster(
         undelivered: list[Request] = []
         if end_reason != "done":
             # Requests routed or sent and not delivered to any replica are unfinished too.
-            undelivered = [*(dispatch.undelivered() if dispatch is not None else []),
+            undelivered = [*(frontend.undelivered() if frontend is not None else []),
+                           *(dispatch.undelivered() if dispatch is not None else []),
                            *(transfers.undelivered() if transfers is not None else []),
                            *(request for source in sources for request in source.undelivered())]
             for request in undelivered:

@@ -28,6 +28,20 @@ _LLAMA31_ROPE_SCALING = {
 _LLAMA32_ROPE_SCALING = {**_LLAMA31_ROPE_SCALING, "factor": 32.0}
 # (Each preset gets its own copy below: the dicts are mutable and must not be shared.)
 
+def _gpt_oss(name: str, *, num_layers: int, num_experts: int) -> ModelSpec:
+    """A gpt-oss model: the two sizes differ only in depth and experts (their config.json files)."""
+    return ModelSpec(
+        name=name, num_layers=num_layers, hidden_size=2880, num_q_heads=64, num_kv_heads=8,
+        head_dim=64, intermediate_size=2880, vocab_size=201088, tie_word_embeddings=False,
+        rope_theta=150000.0, rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                           "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                                           "truncate": False},
+        max_position_embeddings=131072, rms_norm_eps=1e-5, attention_bias=True,
+        sliding_window=128, sliding_layers=tuple(range(0, num_layers, 2)),
+        num_experts=num_experts, num_experts_per_tok=4, moe_bias=True, attention_sinks=True,
+    )
+
+
 MODELS: dict[str, ModelSpec] = {
     # meta-llama/Llama-3.1-8B config.json. Context 131072: max_position_embeddings already gives
     # the extended length (llama3 RoPE scaling, 8x the original 8192).
@@ -112,27 +126,9 @@ MODELS: dict[str, ModelSpec] = {
     # openai/gpt-oss-20b config.json: 32 experts, top-4, biases on the router and experts, q/k/v/o
     # biases, a sink logit per head; layer_types alternate sliding (128 positions, even layers)
     # and full attention. Context 131072 (yarn, 32 x 4096).
-    "gpt-oss-20b": ModelSpec(
-        name="gpt-oss-20b", num_layers=24, hidden_size=2880, num_q_heads=64, num_kv_heads=8,
-        head_dim=64, intermediate_size=2880, vocab_size=201088, tie_word_embeddings=False,
-        rope_theta=150000.0, rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
-                                           "original_max_position_embeddings": 4096, "rope_type": "yarn",
-                                           "truncate": False},
-        max_position_embeddings=131072, rms_norm_eps=1e-5, attention_bias=True,
-        sliding_window=128, sliding_layers=tuple(range(0, 24, 2)),
-        num_experts=32, num_experts_per_tok=4, moe_bias=True, attention_sinks=True,
-    ),
+    "gpt-oss-20b": _gpt_oss("gpt-oss-20b", num_layers=24, num_experts=32),
     # openai/gpt-oss-120b config.json: gpt-oss-20b with 36 layers and 128 experts.
-    "gpt-oss-120b": ModelSpec(
-        name="gpt-oss-120b", num_layers=36, hidden_size=2880, num_q_heads=64, num_kv_heads=8,
-        head_dim=64, intermediate_size=2880, vocab_size=201088, tie_word_embeddings=False,
-        rope_theta=150000.0, rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
-                                           "original_max_position_embeddings": 4096, "rope_type": "yarn",
-                                           "truncate": False},
-        max_position_embeddings=131072, rms_norm_eps=1e-5, attention_bias=True,
-        sliding_window=128, sliding_layers=tuple(range(0, 36, 2)),
-        num_experts=128, num_experts_per_tok=4, moe_bias=True, attention_sinks=True,
-    ),
+    "gpt-oss-120b": _gpt_oss("gpt-oss-120b", num_layers=36, num_experts=128),
     # A made-up Llama small enough for CPU tests of the real engine (GQA with 2 groups); context 2048.
     "tiny-llama": ModelSpec(
         name="tiny-llama", num_layers=2, hidden_size=64, num_q_heads=4, num_kv_heads=2,

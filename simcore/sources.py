@@ -55,6 +55,30 @@ def _deliver(sink: Sink, request: Request, at: int, in_flight: list[Request]) ->
     sink.close_source()
 
 
+class Delay:
+    """A sink that passes each request on to `sink` `delay_s` after it came: the server's time
+    before its engine sees a request (HTTP, tokenization; `metrics.frontend_ms`)."""
+
+    def __init__(self, sink: Sink, delay_s: float) -> None:
+        self.sink = sink
+        self.env = sink.env
+        self.delay = to_ticks(delay_s)
+        # Come and not yet passed on.
+        self._in_flight: list[Request] = []
+
+    def submit(self, request: Request) -> None:
+        deliver_at(self.sink, request, self.env.now + self.delay, self._in_flight)
+
+    def open_source(self) -> None:
+        self.sink.open_source()
+
+    def close_source(self) -> None:
+        self.sink.close_source()
+
+    def undelivered(self) -> list[Request]:
+        return list(self._in_flight)
+
+
 class Replay:
     """Delivers copies of `requests` (in arrival order) to `engine` at their arrival times."""
 

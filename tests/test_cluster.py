@@ -117,6 +117,23 @@ def test_prefix_aware_routing_hits_more_than_round_robin():
     assert hits["prefix_aware"] > hits["round_robin"], hits
 
 
+def test_prefix_aware_routing_hits_more_on_the_shipped_router_example():
+    """experiments/examples/cluster_routers.yaml (50 sessions): prefix-aware routing keeps a
+    conversation where its history is cached."""
+    from pathlib import Path
+
+    from experiments.config import load_experiment
+    from experiments.runner import run_experiment
+
+    path = Path(__file__).resolve().parent.parent / "experiments" / "examples" / "cluster_routers.yaml"
+    hit_rates = {}
+    for router in ("round_robin", "prefix_aware"):
+        exp = load_experiment(path, ["workload.sessions.num_sessions=50", f"cluster.router.name={router}",
+                                     "variants=null"])
+        hit_rates[router] = run_experiment(exp, source=path).runs[0].summary["prefix_cache_hit_rate"]
+    assert hit_rates["prefix_aware"] > hit_rates["round_robin"] + 0.05, hit_rates
+
+
 @pytest.mark.parametrize("concurrency", [1, 4])
 @pytest.mark.parametrize("name, opts", CLUSTER_CONFIGS[:2])
 def test_closed_loop_clients(concurrency, name, opts):
@@ -175,6 +192,31 @@ def test_timeouts_match_stepping(name, opts):
     assert_tables_equal(tables(runs[0]), tables(runs[1]))
     statuses = pd.concat([request_frame(r.requests) for r in runs[1].replicas])["status"].value_counts()
     assert statuses["timed_out"] > 0 and statuses["finished"] > 0, statuses
+
+
+def test_a_frontend_delays_each_request_before_its_engine_sees_it():
+    from backends.constant import ConstantCostModel
+    from policies.registry import make_policy
+
+    requests = [req(0, 0.0, 40, 3), req(1, 1.0, 40, 3)]
+    ttfts = {}
+    for frontend_s in (0.0, 0.005):
+        policy = make_policy("continuous", num_blocks=64, block_size=4)
+        result = simulate(requests, policy, ConstantCostModel(step_s=0.01), frontend_s=frontend_s,
+                          limits=RunLimits(check_invariants=True))
+        assert [r.first_scheduled_s for r in result.requests] == [0.0 + frontend_s, 1.0 + frontend_s]
+        ttfts[frontend_s] = [r.first_token_s - r.arrival_s for r in result.requests]
+    assert ttfts[0.005] == pytest.approx([t + 0.005 for t in ttfts[0.0]])
+    # In a cluster, with timeouts, runs of steps or not: the same tables.
+    many = workload(4, content=False, num_requests=80, rate=50.0)
+    runs = []
+    for fast in (False, True):
+        replicas = [Replica(p := small_policy("chunked_prefill", {"chunk_size": 16}, caching=False), cost_model(),
+                            accelerator_for(p) if fast else None) for _ in range(2)]
+        runs.append(tables(simulate_cluster(many, replicas, router=make_router("least_outstanding", 2),
+                                            frontend_s=0.004, timeout_s=0.4,
+                                            limits=RunLimits(check_invariants=True))))
+    assert_tables_equal(*runs)
 
 
 def test_requests_given_up_in_the_routers_delay_count_on_their_replica():
@@ -271,6 +313,10 @@ def test_identical_replicas_at_n_times_the_rate_see_one_replicas_latencies():
     ({"cluster": {"groups": [{"replicas": 1}, {"replicas": 1, "hardware": "h201"}]}},
      ("cluster.groups[1].hardware", "unknown hardware", "did you mean")),
     ({"cluster": {"groups": [{"replicas": 0}]}}, ("cluster.groups[0].replicas", "found 0")),
+    ({"cluster": {"prefill_replicas": 1, "decode_replicas": 1, "decode": {"cost_model": {"name": "nope"}}},
+      "policies": [{"name": "continuous"}]}, ("cluster.decode.cost_model.name", "unknown cost model")),
+    ({"clients": {"concurrency": 2, "timeout_s": 5}, "cluster": {"groups": [{"replicas": 1}, {
+        "replicas": 1, "cost_model": {"name": "roofline", "mfu": 2}}]}}, ("cluster.groups[1].cost_model", "mfu")),
     ({"metrics": {"warmup_requests": 3, "cooldown_requests": 2}},
      ("metrics.warmup_requests + metrics.cooldown_requests", "leave no request to measure")),
     ({"clients": {"think_time_s": 1.0}}, ("clients", "read only by closed-loop clients")),
