@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -161,8 +162,9 @@ def plot_replica_timelines(series: list[Series], steps: dict[str, pd.DataFrame],
             axes[0][col].set_title(f"{s.name} (first {MAX_REPLICA_LINES} of {len(replicas)} replicas)")
         else:
             axes[0][col].set_title(s.name)
-        if s.kv_capacity_blocks:
-            axes[1][col].axhline(s.kv_capacity_blocks, color="black", linestyle="--", linewidth=1, label="capacity")
+        capacities = {part.get("kv_num_blocks") for part in _replica_summaries(s.summary)}
+        if len(capacities) == 1 and None not in capacities:  # (replicas that differ: a line each would crowd)
+            axes[1][col].axhline(capacities.pop(), color="black", linestyle="--", linewidth=1, label="capacity")
         axes[-1][col].set_xlabel("simulated time (s)")
         for row in axes:
             row[col].grid(alpha=0.3)
@@ -172,6 +174,14 @@ def plot_replica_timelines(series: list[Series], steps: dict[str, pd.DataFrame],
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return save_figure(fig, out_dir, stem, tight=True)
+
+
+def _replica_summaries(summary: dict) -> list[dict]:
+    """A cluster run's per-replica summaries (a list, or JSON text where a sweep's table holds it)."""
+    replicas = summary.get("replicas")
+    if isinstance(replicas, str):
+        replicas = json.loads(replicas)
+    return replicas if isinstance(replicas, list) else []
 
 
 def _thin(frame: pd.DataFrame) -> pd.DataFrame:
