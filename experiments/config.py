@@ -79,12 +79,29 @@ class _BatchingCommon(_PolicyCommon):
 
     max_num_seqs: int = Field(256, ge=1)
     max_num_batched_tokens: int = Field(8192, ge=1)
-    admission: Literal["optimistic", "prompt", "reserve", "watermark"] = "optimistic"
+    admission: Literal["optimistic", "prompt", "reserve", "watermark", "conservative"] = "optimistic"
     watermark: float = Field(0.01, ge=0, lt=1)
+    # Conservative admission (SGLang's): room kept for this share of the outputs still to come,
+    # falling to min_new_token_ratio over new_token_ratio_decay_steps steps (docs/policies.md).
+    new_token_ratio: float = Field(0.7, gt=0, le=1)
+    min_new_token_ratio: float = Field(0.098, ge=0, le=1)
+    new_token_ratio_decay_steps: int = Field(600, ge=1, le=10**9)
     preemption: Literal["recompute", "swap"] = "recompute"
     # The order admission takes waiting requests in (policies.queues): arrival order, request
     # priority (lower first), fewest tokens first, or longest cached prefix first (SGLang's lpm).
     queue_order: Literal["fcfs", "priority", "shortest_prompt_first", "longest_prefix_match"] = "fcfs"
+
+
+    @model_validator(mode="after")
+    def _ratios_only_where_read(self) -> _BatchingCommon:
+        ratios = {"new_token_ratio", "min_new_token_ratio", "new_token_ratio_decay_steps"} & self.model_fields_set
+        if ratios and self.admission != "conservative":
+            raise ValueError(f"{', '.join(sorted(ratios))}: read only by admission: conservative, "
+                             f"not by {self.admission}")
+        if self.min_new_token_ratio > self.new_token_ratio:
+            raise ValueError(f"min_new_token_ratio {self.min_new_token_ratio:g} is above new_token_ratio "
+                             f"{self.new_token_ratio:g}: the share only falls")
+        return self
 
 
 class StaticPolicyConfig(_PolicyCommon):

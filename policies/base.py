@@ -32,7 +32,13 @@ from simcore.plan import NO_BLOCK_ID, NO_DECODES, Decodes, ScheduledSeq, StepPla
 from simcore.prefix import PrefixHasher
 from simcore.request import Request, Status
 
-Admission = Literal["optimistic", "prompt", "reserve", "watermark"]
+Admission = Literal["optimistic", "prompt", "reserve", "watermark", "conservative"]
+# Conservative admission counts at most this many outputs still to come of each request
+# (SGLang's CLIP_MAX_NEW_TOKENS_ESTIMATION, python/sglang/srt/managers/schedule_policy.py).
+MAX_RESERVED_OUTPUTS = 4096
+# Steps' worth of outputs a re-estimate after a preemption adds for each running request
+# (SGLang's retract_decode_steps, python/sglang/global_config.py).
+RETRACT_DECODE_STEPS = 20
 Preemption = Literal["recompute", "swap"]
 
 
@@ -47,9 +53,16 @@ class SchedulerOptions:
     # allocate the whole prompt's blocks at once (prompt: vLLM v0's block manager, also under
     # chunked prefill), or reserve prompt + outputs up front (reserve; uses max_tokens when set,
     # else the workload's output length, which a real server would not know: an upper bound on
-    # its caution).
+    # its caution), or keep room for a share of every request's outputs still to come that
+    # starts cautious and relaxes step by step (conservative: SGLang's new_token_ratio).
     admission: Admission = "optimistic"
     watermark: float = 0.01
+    # Conservative admission's share: new_token_ratio at first and after the batch empties, down
+    # to min_new_token_ratio over new_token_ratio_decay_steps steps (SGLang's defaults: 0.7,
+    # 0.7 x 0.14 and 600; python/sglang/global_config.py).
+    new_token_ratio: float = 0.7
+    min_new_token_ratio: float = 0.098
+    new_token_ratio_decay_steps: int = 600
     # What happens to a victim's KV under memory pressure: discard and recompute, or swap to host.
     preemption: Preemption = "recompute"
     # Longest prompt + output a request may have; longer ones are rejected with a reason. None
@@ -138,6 +151,9 @@ class Scheduler:
         # Finished requests keep their blocks until `release_held` (set by a disaggregated
         # cluster on its prefill replicas: the KV stays until it has crossed the link).
         self.holds_finished_blocks = False
+        # Conservative admission's share of outputs kept room for: its value and the step it
+        # was set at (it falls linearly from there: `new_token_ratio`).
+        self._ratio_set = (options.new_token_ratio, 0)
         self._now = 0.0
         self._builder: PlanBuilder | None = None
 
@@ -159,6 +175,8 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan | None:
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
+        if not self.running:  # an empty batch starts cautious again
+            self._ratio_set = (self.options.new_token_ratio, self.num_steps)
         self.waiting.sort_by_prefix(self.cached_prefix_positions)
         self._begin_plan()
         self.fill(now)
@@ -225,7 +243,8 @@ class Scheduler:
             return False
         if not self.waiting and not self.swapped:
             return True
-        if self.prefix.enabled or finished:
+        if self.prefix.enabled or finished or self.options.admission == "conservative":
+            # (Conservative admission relaxes step by step: a waiting request may start at any.)
             return False
         return plan.num_decode_tokens == plan.num_seqs == len(self.running) and not plan.admitted_ids \
             and not plan.preempted_ids and not plan.blocks_to_swap_in
@@ -238,6 +257,8 @@ class Scheduler:
         comes back before any admission."""
         if len(self.running) >= self.options.max_num_seqs or self.swapped:
             return True
+        if self.options.admission == "conservative":
+            return False  # the room it keeps shrinks step by step: the head may start at any
         return bool(self.waiting) and not self.waiting.would_lead(request)
 
     def runs_past_finishes(self) -> bool:
@@ -289,6 +310,24 @@ class Scheduler:
         if self.options.admission != "watermark":
             return 0
         return int(self.options.watermark * self.bm.num_blocks)
+
+    def new_token_ratio(self) -> float:
+        """Conservative admission's share of the outputs to come that it keeps room for now:
+        falling linearly from where it was last set, to its floor."""
+        options = self.options
+        ratio, since = self._ratio_set
+        fall = (options.new_token_ratio - options.min_new_token_ratio) / options.new_token_ratio_decay_steps
+        return max(ratio - fall * (self.num_steps - since), options.min_new_token_ratio)
+
+    def num_output_reserve_blocks(self, request: Request) -> int:
+        """Blocks conservative admission keeps free, besides those `request` takes now: room for
+        `new_token_ratio` of the outputs still to come of every running request and of
+        `request` (each at most MAX_RESERVED_OUTPUTS); none under the other admissions."""
+        if self.options.admission != "conservative":
+            return 0
+        to_come = sum(min(max(r.num_final_positions - r.num_tokens, 0), MAX_RESERVED_OUTPUTS)
+                      for r in (*self.running, request))
+        return -(-int(self.new_token_ratio() * to_come) // self.bm.block_size)
 
     def admission_reserve(self, request: Request) -> int:
         """Positions admission allocates blocks for up front (reserve admission: all of them;
@@ -349,7 +388,8 @@ class Scheduler:
         # Evictable blocks the hit revives leave the free count.
         revived = sum(1 for b in hit.block_ids if self.bm.ref_counts[b] == 0) if hit.block_ids else 0
         need = self.blocks_to_admit(request, num_hit + chunk) - hit.num_blocks
-        if not self.bm.can_allocate(need + revived, reserve=self.num_watermark_blocks()):
+        reserve = self.num_watermark_blocks() + self.num_output_reserve_blocks(request)
+        if not self.bm.can_allocate(need + revived, reserve=reserve):
             return 0
         self._admit(request, now, hit, num_hit)
         if request.num_kv_ready:
@@ -460,6 +500,8 @@ class Scheduler:
         assert builder is not None
         builder.preempted.append(victim.request_id)
         self.running.remove(victim)
+        if self.options.admission == "conservative":
+            self._estimate_ratio()
         victim.num_preemptions += 1
         self.num_resident_tokens -= victim.num_processed
         if self.options.preemption == "swap" and self.host is not None and victim.num_processed > 0:
@@ -476,6 +518,14 @@ class Scheduler:
                 self._swap_out(victim, table)
                 return
         self._drop_for_recompute(victim)
+
+    def _estimate_ratio(self) -> None:
+        """A preemption shows conservative admission kept too little room: its share becomes
+        the running requests' outputs so far, plus RETRACT_DECODE_STEPS more each, over all
+        they may produce (SGLang's retract_decode re-estimate), at most 1."""
+        produced = sum(r.num_outputs for r in self.running) + RETRACT_DECODE_STEPS * len(self.running)
+        total = sum(max(r.num_final_positions - r.prompt_len, 1) for r in self.running)
+        self._ratio_set = (min(produced / total, 1.0) if total else self.options.new_token_ratio, self.num_steps)
 
     def _drop_for_recompute(self, victim: Request) -> None:
         """A victim off the running batch loses its KV: it waits to be computed again (prompt

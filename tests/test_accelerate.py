@@ -47,6 +47,9 @@ CONFIGS = (
     ("chunked_prefill", {"chunk_size": 16, "admission": "prompt"}),
     ("offload", {"base": "continuous"}),
     ("offload", {"chunk_size": 16}),
+    # (Last, so that slices of the ones above keep their meaning elsewhere.)
+    ("continuous", {"admission": "conservative"}),
+    ("chunked_prefill", {"chunk_size": 16, "admission": "conservative", "new_token_ratio_decay_steps": 40}),
 )
 ORDERED = [(name, {**opts, "queue_order": order}) for name, opts in
            (("continuous", {}), ("continuous", {"mixed": True}), ("chunked_prefill", {"chunk_size": 16}),

@@ -303,3 +303,34 @@ def test_recompute_delay_runs_from_the_first_preemption_to_the_position_it_found
     assert caught_again, "the workload should preempt some request again before it got back"
     delays = {r.request_id: r.recompute_delay_s for r in result.requests}
     assert delays == pytest.approx({i: expected.get(i, 0.0) for i in delays}, abs=1e-12)
+
+
+def test_conservative_admission_keeps_room_for_outputs_and_relaxes_step_by_step():
+    """SGLang's new_token_ratio: room for 0.7 of the outputs still to come at first, falling to
+    0.098 over 600 steps, back to 0.7 when the batch empties."""
+    policy = make_policy("continuous", num_blocks=100, block_size=4, admission="conservative")
+    assert policy.new_token_ratio() == 0.7
+    policy.num_steps = 300
+    assert policy.new_token_ratio() == pytest.approx(0.7 - 300 * (0.7 - 0.098) / 600)
+    policy.num_steps = 5000
+    assert policy.new_token_ratio() == 0.098
+    policy.schedule(0.0)  # an empty batch starts cautious again
+    assert policy.new_token_ratio() == 0.7
+    # One request running with 398 outputs to come, one asking 199 more: at 0.699, room for
+    # ceil(0.699 x 597 / 4) = 105 blocks and its own 2 are more than the 105 free, so the newcomer
+    # waits, until the share and the first's outputs to come have fallen enough.
+    workload = [req(0, 0.0, 8, 400), req(1, 0.001, 8, 200)]
+    policy, result = run(workload, "continuous", num_blocks=108, block_size=4, admission="conservative",
+                         cost=ConstantCostModel(step_s=0.01))
+    first, second = sorted(result.finished, key=lambda r: r.request_id)
+    assert second.first_scheduled_s == pytest.approx(0.05) and second.num_preemptions == 0  # 5 steps on
+    # Optimistic admission takes it at once.
+    _, result = run(workload, "continuous", num_blocks=108, block_size=4, cost=ConstantCostModel(step_s=0.01))
+    assert sorted(result.finished, key=lambda r: r.request_id)[1].first_scheduled_s < 0.02
+
+
+def test_a_preemption_re_estimates_the_conservative_share():
+    policy, result = run(pressured_workload(seed=3), "continuous", num_blocks=30, block_size=4,
+                         admission="conservative", new_token_ratio=0.1, min_new_token_ratio=0.0)
+    assert len(result.finished) == 40
+    assert sum(policy.tally.preemptions.values()) > 0  # too little room kept: it preempted, and re-estimated
