@@ -70,12 +70,14 @@ class RooflineCostModel:
     # Pipeline stages: a step runs through all of them in turn (one batch in flight).
     pipeline_parallel: int = 1
     # --- Tunable parameters: plain numbers and names, so a YAML or calibration file can set them.
-    # Fraction of peak FLOP/s achieved by GEMMs and attention (H200: 750/989 measured for 8192^3).
-    mfu: float = 0.6
+    # Fraction of peak FLOP/s achieved by GEMMs and attention (H200: 750/989 measured for an
+    # 8192^3 bf16 GEMM; a serving step's smaller and thinner ones do less). 0.5 and the step
+    # overhead below are fitted to the `fit` figures of benchmarks/published (before: 0.6, 5e-4).
+    mfu: float = 0.5
     # Fraction of memory bandwidth achieved by weight and KV streaming.
     mbu: float = 0.8
     # Fixed cost of every forward pass: scheduling, input preparation, launches or graph replay.
-    step_overhead_s: float = 5e-4
+    step_overhead_s: float = 2.5e-3
     # Extra cost per scheduled sequence (block tables, sampling), seconds.
     per_seq_overhead_s: float = 0.0
     # The scheduler prepares each step while the device runs the one before (vLLM's
@@ -93,8 +95,9 @@ class RooflineCostModel:
     collective_link: str | None = None
     collective_bandwidth_gb_s: float | None = None
     collective_latency_us: float | None = None
-    # Fixed cost of every collective besides its hops (launch, synchronisation), microseconds.
-    collective_base_latency_us: float = 0.0
+    # Fixed cost of every collective besides its hops (launch, synchronisation), microseconds:
+    # NCCL's own base latency of a ring all-reduce, LL protocol (src/graph/tuning.cc, baseLat).
+    collective_base_latency_us: float = 6.6
     # Host link for swaps: a preset name, or a speed in GB/s (1e9 bytes/s, not gigabits).
     # Neither: the hardware's own host link preset.
     link: str | None = None

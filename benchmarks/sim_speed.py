@@ -65,6 +65,9 @@ POLICIES = {
 }
 REFERENCE_POLICIES = ["continuous", "chunked_prefill"]
 HOST_MEMORY_GIB = {"offload": 16.0}
+# The roofline's defaults and the device blocks when the reference was set (see `experiment`).
+REFERENCE_ROOFLINE = {"mfu": 0.6, "mbu": 0.8, "step_overhead_s": 5e-4}
+REFERENCE_NUM_BLOCKS = 6784
 # Llama-2-7B's geometry with a context that holds every row of the trace (the docstring).
 LONG_LLAMA_2 = ROOT / "benchmarks" / "llama-2-7b-32k.json"
 
@@ -78,10 +81,14 @@ def experiment(size: int, policy: str, profile_table: str | None = None, prefix_
         "name": f"speed-{size}-{policy}", "seed": 0, "model": str(LONG_LLAMA_2), "hardware": "a100-80gb",
         "workload": {"trace": trace, "arrivals": {"kind": "poisson", "rate": 4.0}, "num_requests": size},
         # A profiled table from another model prices steps meaninglessly but as fast (speed only).
-        "cost_model": {"name": "roofline"} if profile_table is None else
+        # The reference's costs and capacity are pinned to what they were when it was set (the
+        # roofline's defaults then; the blocks an A100 taken as 80e9 bytes held), so that trees
+        # compare on one workload whatever their defaults.
+        "cost_model": {"name": "roofline", **REFERENCE_ROOFLINE} if profile_table is None else
                       {"name": "profiled", "table": profile_table, "check_model": False},
         "policies": [{**POLICIES[policy], **({"queue_order": queue_order} if queue_order else {})}],
-        "kv_cache": {"prefix_caching": prefix_caching, "host_memory_gib": HOST_MEMORY_GIB.get(policy, 0.0)},
+        "kv_cache": {"prefix_caching": prefix_caching, "host_memory_gib": HOST_MEMORY_GIB.get(policy, 0.0),
+                     "num_blocks": REFERENCE_NUM_BLOCKS},
         "output": {"plots": False},
         **({"limits": {"fast_forward": False}} if stepping else {}),
     }

@@ -466,9 +466,15 @@ def simulate_cluster(
         except RuntimeError as exc:
             if not str(exc).startswith("No scheduled events left"):
                 raise
-            # Engines wait for requests that only a request stuck in another engine would send.
-            stuck = next((engine for engine in engines if engine.policy.has_work()), engines[0])
-            raise ServesimError(_stuck_message(stuck.policy, stuck.now_s)) from None
+            # Engines wait for requests that only another engine would send: one a time limit
+            # stopped (the run ends there for all), or one stuck.
+            stopped = next((engine.end_reason for engine in engines if engine.end_reason != "done"), None)
+            if stopped is None:
+                stuck = next((engine for engine in engines if engine.policy.has_work()), engines[0])
+                raise ServesimError(_stuck_message(stuck.policy, stuck.now_s)) from None
+            for engine in engines:
+                if engine.process.is_alive:
+                    engine.end_reason = stopped
         ends = {engine.end_reason for engine in engines} - {"done"}
         end_reason = min(ends) if ends else "done"
         horizon = engines[0].horizon

@@ -241,7 +241,8 @@ def test_a_closed_loop_client_sends_its_next_request_when_it_gives_up():
     for before, after in zip(sent, sent[1:]):
         # One client: the next goes when the last came back, finished or given up 50 ms after it went.
         assert after.arrival_s == before.finish_s
-        assert before.finish_s <= before.arrival_s + 0.05 + 1e-12
+    for request in replica.timed_out:
+        assert request.finish_s == pytest.approx(request.arrival_s + 0.05)
 
 
 def test_summaries_leave_out_the_warm_up_and_cool_down(tmp_path):
@@ -285,10 +286,13 @@ def test_clients_refuse_sessions_and_bad_concurrency():
 
 def test_identical_replicas_at_n_times_the_rate_see_one_replicas_latencies():
     """Round robin over N identical replicas at N times one replica's rate: each replica sees
-    about one replica's load, so its latency percentiles are the single run's (within noise)."""
-    single = cluster_run(workload(9, content=False, num_requests=400, rate=6.0), "chunked_prefill",
+    about one replica's load, so its latency percentiles are the single run's (within noise).
+    At a moderate load: round robin hands each replica every Nth arrival of a Poisson stream,
+    which is steadier than a Poisson stream of its own, so near saturation its queues (and its
+    TTFT tail) are shorter than the single engine's."""
+    single = cluster_run(workload(9, content=False, num_requests=400, rate=4.0), "chunked_prefill",
                          {"chunk_size": 16}, num_replicas=1)
-    cluster = cluster_run(workload(9, content=False, num_requests=1200, rate=18.0), "chunked_prefill",
+    cluster = cluster_run(workload(9, content=False, num_requests=1200, rate=12.0), "chunked_prefill",
                           {"chunk_size": 16}, num_replicas=3)
     one = request_frame(single.replicas[0].requests)
     for replica in cluster.replicas:
