@@ -24,7 +24,8 @@ Request counts: an offline figure runs min(published count, --max-requests) requ
 4000: enough for the batch to turn over a few times at the largest batch sizes); a closed-loop
 figure runs `rounds` requests per client (4 or 10, see the source's entry). --quick caps both at
 a few hundred. A source with `measurement: steady_state` (genai-perf's measurement windows) is
-read without the first and last round of closed-loop requests (see steady_state).
+read without the first and last round of closed-loop requests (the experiment's
+metrics.warmup_requests and cooldown_requests).
 """
 
 from __future__ import annotations
@@ -150,6 +151,10 @@ def experiment_for(fig: dict, source: dict, *, max_requests: int, quick: bool, c
     }
     if fig["scenario"] == "closed_loop":
         exp["clients"] = {"concurrency": int(concurrency), "think_time_s": 0.0}
+        if source.get("measurement") == "steady_state" and count >= 3 * int(concurrency):
+            # genai-perf's measurement window: without the first round of requests (every
+            # client starts at once) and the last (the clients drain).
+            exp["metrics"] = {"warmup_requests": int(concurrency), "cooldown_requests": int(concurrency)}
     return exp
 
 
@@ -177,8 +182,6 @@ def simulate(fig: dict, source: dict, *, max_requests: int, quick: bool, cost: d
         row["reason"] = _one_line(exc)
         return row
     summary = run.runs[0].summary
-    if fig["scenario"] == "closed_loop" and source.get("measurement") == "steady_state":
-        summary = steady_state(run.runs[0].requests, int(fig["concurrency"]), summary)
     if not summary.get("completed"):
         row["status"] = "not expressible"
         row["reason"] = f"no request completed ({summary.get('num_rejected', 0)} rejected, end: {summary.get('end_reason')})"
@@ -189,28 +192,6 @@ def simulate(fig: dict, source: dict, *, max_requests: int, quick: bool, cost: d
     if summary.get("num_rejected"):
         row["note"] = f"{summary['num_rejected']} requests rejected"
     return row
-
-
-def steady_state(frame, concurrency: int, summary: dict) -> dict:  # noqa: ANN001 - a requests DataFrame
-    """The metrics a load generator with measurement windows reports (genai-perf, perf_analyzer):
-    without the first round of requests (every client starts at once) and the last (clients
-    drain), so the synchronised start and the tail do not count. Throughput is the completion
-    rate between the concurrency-th and the (N - concurrency)-th finish, times the tokens each
-    request generates."""
-    done = frame[frame["status"] == "finished"].sort_values("arrival_s")
-    n = len(done)
-    if n < 3 * concurrency:
-        return summary  # too few rounds to leave a window; the whole run's figures stand
-    middle = done.iloc[concurrency:n - concurrency]
-    finishes = done["finish_s"].sort_values().to_numpy()
-    t0, t1 = finishes[concurrency - 1], finishes[n - concurrency - 1]
-    tokens = float(middle["num_outputs"].mean())
-    out = dict(summary)
-    out["completed"] = len(middle)
-    out["mean_ttft_ms"] = float(middle["ttft_s"].mean() * 1e3)
-    out["mean_tpot_ms"] = float(middle["tpot_s"].mean() * 1e3)
-    out["output_throughput"] = (n - 2 * concurrency) * tokens / (t1 - t0) if t1 > t0 else summary["output_throughput"]
-    return out
 
 
 def setup_text(fig: dict) -> str:

@@ -90,21 +90,13 @@ def test_quick_run_prints_the_table_and_summaries(tmp_path):
             assert row["simulated"] > 0
 
 
-def test_steady_state_leaves_out_the_first_and_last_round():
-    import pandas as pd
-
-    # 2 clients, 6 requests of 10 outputs: the first two start together and wait (TTFT 5 s).
-    frame = pd.DataFrame({
-        "status": ["finished"] * 6,
-        "arrival_s": [0.0, 0.0, 6.0, 6.0, 12.0, 12.0],
-        "finish_s": [6.0, 6.0, 12.0, 12.0, 18.0, 18.0],
-        "ttft_s": [5.0, 5.0, 1.0, 1.0, 1.0, 1.0],
-        "tpot_s": [0.1] * 6,
-        "num_outputs": [10] * 6,
-    })
-    summary = {"completed": 6, "output_throughput": 60 / 18, "mean_ttft_ms": 7000 / 3, "mean_tpot_ms": 100.0}
-    out = published.steady_state(frame, 2, summary)
-    assert out["completed"] == 2
-    assert out["mean_ttft_ms"] == pytest.approx(1000.0)
-    assert out["output_throughput"] == pytest.approx(20 / 6)
-    assert published.steady_state(frame.iloc[:4], 2, summary) is summary  # too few rounds: unchanged
+def test_a_steady_state_source_leaves_out_the_first_and_last_round():
+    """genai-perf's measurement window is the experiment's warm-up and cool-down."""
+    figures = yaml.safe_load(published.FIGURES.read_text())
+    fig = next(f for f in figures["figures"] if f["scenario"] == "closed_loop"
+               and figures["sources"][f["source"]].get("measurement") == "steady_state")
+    source = figures["sources"][fig["source"]]
+    exp = published.experiment_for(fig, source, max_requests=4000, quick=False)
+    concurrency = int(fig["concurrency"])
+    assert exp["metrics"] == {"warmup_requests": concurrency, "cooldown_requests": concurrency}
+    assert exp["workload"]["num_requests"] >= 3 * concurrency
