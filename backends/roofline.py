@@ -112,9 +112,9 @@ class RooflineCostModel:
         m, tp = self.model, self.tensor_parallel
         h, num_layers = m.hidden_size, m.num_layers
         embed = m.vocab_size * h
-        # The geometry is ModelSpec's (dense, MoE, MLA alike). Routed experts are left out of the
-        # weights every step reads: _fixed_parts adds the expected share a step's tokens activate.
-        non_embedding = m.num_params - embed - (0 if m.tie_word_embeddings else embed) - m.routed_expert_params
+        # The geometry is ModelSpec's (dense, MoE, MLA alike), and so is which weights a step
+        # reads (`params_read_per_step`): those of no routed expert here, the routed experts a
+        # step's tokens activate in _fixed_parts.
         wb = self.weight_dtype_bytes
         ab = ACTIVATION_DTYPE_BYTES[self.activation_dtype]
         kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
@@ -124,11 +124,8 @@ class RooflineCostModel:
             # biases are too small to count.
             "_gemm_flops_per_token": 2.0 * m.active_linear_params_per_token / tp,
             "_lm_head_flops_per_select": 2.0 * embed / tp,
-            "_weight_bytes_no_head": non_embedding * wb / tp,
-            # A tied lm_head is the embedding matrix, still read in full for the logits.
-            "_weight_bytes_with_head": (non_embedding + embed) * wb / tp,
-            # One expert of every MoE layer (0.0 for a dense model).
-            "_routed_expert_bytes": m.num_moe_layers * m.params_per_expert * wb / tp,
+            "_weight_bytes_no_head": m.params_read_per_step(0, with_lm_head=False) * wb / tp,
+            "_weight_bytes_with_head": m.params_read_per_step(0) * wb / tp,
             # Activation traffic plus the embedding row gathered for each position.
             "_act_bytes_per_token": (self.activation_rw_per_layer * num_layers * h * ab + h * ab) / tp,
             # 4 q (c + q/2) = 2 q (2c + q): step_time sums the integer q (2c + q) exactly.
@@ -236,11 +233,11 @@ class RooflineCostModel:
     def _fixed_parts(self, num_tokens: int, num_seqs: int, num_selecting: int) -> tuple[float, float, float]:
         """The dense, comm and overhead terms (they do not depend on context)."""
         weight_bytes = self._weight_bytes_with_head if num_selecting else self._weight_bytes_no_head
-        if self._routed_expert_bytes:
-            # MoE: each layer reads the distinct experts its num_tokens positions route to, in
-            # expectation under uniform routing (ModelSpec.expected_experts_activated). A repeat's
-            # steps share num_tokens, so step_time and repeat_times get the same float.
-            weight_bytes += self._routed_expert_bytes * self.model.expected_experts_activated(num_tokens)
+        if self.model.is_moe:
+            # Each layer reads the distinct experts its num_tokens positions route to, in
+            # expectation (ModelSpec.expert_params_read). A repeat's steps share num_tokens, so
+            # step_time and repeat_times get the same float.
+            weight_bytes += self.model.expert_params_read(num_tokens) * self.weight_dtype_bytes / self.tensor_parallel
         dense_flops = num_tokens * self._gemm_flops_per_token + num_selecting * self._lm_head_flops_per_select
         dense_bytes = weight_bytes + num_tokens * self._act_bytes_per_token
         dense = max(dense_flops / self._gemm_compute_rate, dense_bytes / self._mem_rate)

@@ -247,14 +247,19 @@ class ModelSpec:
         num_experts = self.num_experts
         return num_experts * (1.0 - (1.0 - self.num_experts_per_tok / num_experts) ** num_tokens)
 
+    def expert_params_read(self, num_tokens: int) -> float:
+        """Routed-expert weights a step of `num_tokens` positions reads: in each MoE layer, the
+        `expected_experts_activated` (0.0 for a dense model)."""
+        return self.num_moe_layers * self.params_per_expert * self.expected_experts_activated(num_tokens)
+
     def params_read_per_step(self, num_tokens: int, *, with_lm_head: bool = True) -> float:
         """Weights a step of `num_tokens` positions reads once each (the roofline's weight traffic):
-        everything but the embedding table (it gathers rows), with each MoE layer's routed experts
-        counted at `expected_experts_activated`. lm_head only when the step selects a token."""
+        everything but the embedding table (it gathers rows), the routed experts as
+        `expert_params_read` counts them, and lm_head only when the step selects a token (a tied
+        one is the embedding matrix, read whole then)."""
         embed = self.vocab_size * self.hidden_size
         resident = self.num_params - embed - (0 if self.tie_word_embeddings else embed) - self.routed_expert_params
-        experts = self.num_moe_layers * self.params_per_expert * self.expected_experts_activated(num_tokens)
-        return resident + experts + (embed if with_lm_head else 0)
+        return resident + self.expert_params_read(num_tokens) + (embed if with_lm_head else 0)
 
     def attention_macs_per_pair_per_layer(self) -> int:
         """Multiply-adds of one (query position, key position) pair in one layer, all query heads.
