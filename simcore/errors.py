@@ -67,8 +67,8 @@ def cut(text: str, limit: int = MAX_PART_CHARS) -> str:
 
 def close_match(word: str, choices: Iterable[str]) -> str | None:
     """The choice a misspelt `word` most likely meant, for 'did you mean' hints: the same letters
-    in another case or with dashes for underscores, then a unique choice starting with it
-    (h100 -> h100-sxm), then difflib's closest."""
+    in another case or with dashes for underscores, then the choice starting with it (h100 ->
+    h100-sxm; of several, difflib's closest of those), then difflib's closest of all."""
     options = [str(c) for c in choices]
     if not isinstance(word, str) or not word or len(word) > MAX_HINT_WORD or word in options:
         return None
@@ -80,8 +80,9 @@ def close_match(word: str, choices: Iterable[str]) -> str | None:
     if same:
         return same[0]
     starts = [c for c in options if norm(c).startswith(norm(word))]
-    if len(starts) == 1:
-        return starts[0]
+    if starts:  # a family's name: one of its members, not a closer-spelt stranger (h100: not h200)
+        folded = {norm(c): c for c in starts}
+        return folded[difflib.get_close_matches(norm(word), list(folded), n=1, cutoff=0.0)[0]]
     folded = {norm(c): c for c in options}
     hints = difflib.get_close_matches(norm(word), list(folded), n=1, cutoff=0.6)
     return folded[hints[0]] if hints else None

@@ -187,12 +187,10 @@ def get_hardware(name_or_mapping: str | dict | HardwareSpec, *, source: str | Pa
     if isinstance(name_or_mapping, dict):
         return hardware_from_mapping(name_or_mapping, source=_text(source), where=where, links=LINKS)
     if not isinstance(name_or_mapping, str) or name_or_mapping not in HARDWARE:
-        # A family name (h100, a100) hints among its own parts, not at a look-alike (h200).
-        family = [h for h in HARDWARE if isinstance(name_or_mapping, str) and name_or_mapping
-                  and h.startswith(name_or_mapping)]
+        # (A family name, h100, hints at one of its parts: simcore.errors.close_match.)
         raise ConfigError("unknown hardware", source=_text(source), where=where,
                           expected=f"one of {hardware_names()} or a mapping (docs/cost-models.md#hardware)",
-                          found=name_or_mapping, choices=family or HARDWARE)
+                          found=name_or_mapping, choices=HARDWARE)
     return HARDWARE[name_or_mapping]
 
 
