@@ -41,7 +41,7 @@ from simcore.errors import ConfigError
 from simcore.model import ModelSpec
 from simcore.plan import Repeat, StepPlan
 from simcore.precision import ACTIVATION_DTYPE_BYTES
-from simcore.presets import GB, LINKS, HardwareSpec, get_link
+from simcore.presets import GB, HardwareSpec, get_link
 
 TRANSFER_MODES = ("serial", "overlap")
 
@@ -276,9 +276,7 @@ class RooflineCostModel:
     def _collective_link(self) -> tuple[float, float]:
         """(bytes/s one way, seconds per hop) of the link collectives run over."""
         if self.collective_link is not None:
-            if self.collective_link not in LINKS:
-                raise ValueError(f"collective_link: expected one of {sorted(LINKS)}, found {self.collective_link!r}")
-            spec = LINKS[self.collective_link]
+            spec = get_link(self.collective_link, where="collective_link")
             bandwidth, hop_latency = spec.bytes_per_s, spec.hop_latency
         else:
             bandwidth, hop_latency = self.hardware.interconnect_bandwidth, self.hardware.interconnect_latency_s

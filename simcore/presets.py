@@ -194,9 +194,10 @@ def get_hardware(name_or_mapping: str | dict | HardwareSpec, *, source: str | Pa
     return HARDWARE[name_or_mapping]
 
 
-def get_link(name: str, *, source: str | Path | None = None) -> LinkSpec:
-    if name not in LINKS:
-        raise ConfigError("unknown host link", source=_text(source), where="link",
+def get_link(name: str, *, source: str | Path | None = None, where: str = "link") -> LinkSpec:
+    """A link preset by name (host links, interconnects, networks alike)."""
+    if not isinstance(name, str) or name not in LINKS:
+        raise ConfigError("unknown link", source=_text(source), where=where,
                           expected=f"one of {link_names()}", found=name, choices=LINKS)
     return LINKS[name]
 
