@@ -318,12 +318,10 @@ class ClusterConfig(Strict):
             raise ValueError("a disaggregated cluster needs both prefill_replicas and decode_replicas (at least 1 each)")
         if self.disaggregated and self.prefill_replicas + self.decode_replicas > 256:  # type: ignore[operator]
             raise ValueError("at most 256 replicas in all")
-        if not self.disaggregated and (self.decode_router is not None or self.link is not None):
-            raise ValueError("decode_router and link are read only by a disaggregated cluster "
-                             "(prefill_replicas and decode_replicas)")
-        if not self.disaggregated and (self.prefill is not None or self.decode is not None):
-            raise ValueError("prefill and decode settings are read only by a disaggregated cluster "
-                             "(prefill_replicas and decode_replicas); replicas that differ are `groups`")
+        split_only = [name for name in ("decode_router", "link", "prefill", "decode") if getattr(self, name) is not None]
+        if not self.disaggregated and split_only:
+            raise ValueError(f"{', '.join(split_only)}: read only by a disaggregated cluster (prefill_replicas "
+                             "and decode_replicas); replicas that differ otherwise are `groups`")
         if self.groups is not None:
             if self.replicas is not None or self.disaggregated:
                 raise ValueError("give groups (replicas of each kind) in place of replicas, and not in a "
