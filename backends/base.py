@@ -21,6 +21,9 @@ class CostContext:
     kv_dtype_bytes: int = 2
     # Bytes per stored weight: 0.5 for 4-bit formats (simcore.precision).
     weight_dtype_bytes: float = 2
+    # Bytes per stored routed-expert weight where the experts are quantized apart (gpt-oss's
+    # MXFP4); None: weight_dtype_bytes.
+    expert_weight_dtype_bytes: float | None = None
     block_size: int = 16
     num_blocks: int = 0
     num_host_blocks: int = 0

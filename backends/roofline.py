@@ -9,14 +9,18 @@ parallelism; the NCCL performance notes for the ring all-reduce factor 2(tp-1)/t
 One step processes T positions. Op groups, per GPU (everything divides by tp):
   dense:     FLOPs = 2 T (linear params of all layers) + 2 S V h    (S = seqs whose logits select)
              bytes = weights once per step (lm_head only when S > 0) + activation traffic
-             MoE: linear params are the active ones (router, top-k and shared experts); of the
-             routed experts a step reads E (1 - (1 - k/E)^T) per layer (uniform routing)
+             MoE: linear params are the active ones (router, top-k and shared experts), the
+             routed experts' FLOPs counted per row of their grouped GEMM, each expert's n tokens
+             padded to whole tiles of m rows: E m E[ceil(n / m)] rows, n ~ Binomial(T, k/E); of
+             the routed experts a step reads E (1 - (1 - k/E)^T) per layer (uniform routing), at
+             the experts' own bytes where the checkpoint stores them apart (gpt-oss: MXFP4)
   attention: FLOPs = 4 H_Q d L sum_i q_i (c_i + q_i / 2)          (causal: half the new square)
              bytes = KV read sum_i c_i + KV written sum_i q_i, at kv bytes per position
              MLA: per head and pair 2 kv_lora_rank + qk_rope (absorbed form), a latent per position
   comm:      per all-reduce (2 per layer), a ring over the collective link:
              base + 2(tp-1) hop latencies + 2(tp-1)/tp T h a / link bandwidth
-             (a = activation bytes); pipeline parallelism adds (pp-1) sends of T h a bytes
+             (a = activation stream bytes: the activation dtype's, never under bf16's 2, as
+             GEMMs write bf16); pipeline parallelism adds (pp-1) sends of T h a bytes
   GEMMs run at the tensor-core peak of the activation dtype (fp8 W8A8 at the fp8 peak; 4-bit
   weight-only at the bf16 peak), falling back to the next wider peak the part has
   (simcore.precision); attention at the bf16 peak.
@@ -47,7 +51,7 @@ TRANSFER_MODES = ("serial", "overlap")
 
 # Fields taken from the run (CostContext), not from the user's cost_model parameters.
 CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel", "activation_dtype",
-                  "pipeline_parallel")
+                  "pipeline_parallel", "expert_weight_dtype_bytes")
 
 _DEFAULT_TRANSFER_LATENCY_S = 10e-6
 # Steps from which a repeat is priced in numpy arrays rather than a step at a time: below it
@@ -69,6 +73,9 @@ class RooflineCostModel:
     activation_dtype: str = "bf16"
     # Pipeline stages: a step runs through all of them in turn (one batch in flight).
     pipeline_parallel: int = 1
+    # Bytes per stored routed-expert weight where a checkpoint quantizes the experts apart
+    # (gpt-oss: MXFP4, 4.25 bits); None: weight_dtype_bytes.
+    expert_weight_dtype_bytes: float | None = None
     # --- Tunable parameters: plain numbers and names, so a YAML or calibration file can set them.
     # Fraction of peak FLOP/s achieved by GEMMs and attention (H200: 750/989 measured for an
     # 8192^3 bf16 GEMM; a serving step's smaller and thinner ones do less). 0.5 and the step
@@ -88,6 +95,20 @@ class RooflineCostModel:
     # moves about 24: norms and residual adds ~8, q/k/v and attention output ~6, o-proj ~2, and
     # the MLP's gate/up/SiLU/down intermediates ~2 I/h (I/h is 2.7-5 in the presets).
     activation_rw_per_layer: float = 24.0
+    # Bytes per scalar of the hidden-width activations between GEMMs (residual stream, norm
+    # outputs, MLP intermediates) and of the collectives' payloads. None: the activation dtype's
+    # bytes but never under bf16's 2. W8A8 and W4A4 engines cast only each GEMM's input to 8 or
+    # 4 bits (the cast fused into the norm before it); the GEMM writes its fp32 accumulator out
+    # as bf16, and the residual adds and all-reduces run on those bf16 outputs (vLLM's fp8
+    # schemes, TensorRT-LLM's fp8 and NVFP4 recipes). Before: the activation dtype's bytes (1 for
+    # fp8).
+    activation_stream_bytes: float | None = None
+    # Rows of one tile of the grouped GEMM that runs the routed experts: each expert's tokens are
+    # padded to whole tiles (moe_expert_tile_rows). None: the tile the Triton MoE kernels pick
+    # from the mean tokens per expert t = T k / E (triton_kernels matmul_ogs, NVIDIA opt_flags:
+    # next power of two of 2t within [16, 64] for t <= 64, of t within [16, 128] above); a number
+    # fixes it; 1 prices the experts' rows unpadded, as before.
+    moe_tile_rows: int | None = None
     # All-reduces per layer under tensor parallelism (after attention and after the MLP).
     allreduce_per_layer: int = 2
     # The link collectives run over: a link preset name (`servesim hardware` lists them), or
@@ -116,13 +137,19 @@ class RooflineCostModel:
         # reads (`params_read_per_step`): those of no routed expert here, the routed experts a
         # step's tokens activate in _fixed_parts.
         wb = self.weight_dtype_bytes
-        ab = ACTIVATION_DTYPE_BYTES[self.activation_dtype]
+        # Bytes of a hidden-width activation between the GEMMs (residual stream, norms, collectives):
+        # at least bf16's 2 even under fp8/fp4 activations, which only the GEMM inputs are cast to.
+        ab = (self.activation_stream_bytes if self.activation_stream_bytes is not None
+              else max(ACTIVATION_DTYPE_BYTES[self.activation_dtype], 2))
         kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
         link_rate, link_latency = self._link()
         consts = {
             # Attention projections and the MLP (an MoE layer's router, top-k and shared experts);
             # biases are too small to count.
-            "_gemm_flops_per_token": 2.0 * m.active_linear_params_per_token / tp,
+            # (The routed experts' multiply-adds are priced apart, per padded row: _expert_flops_per_row.)
+            "_gemm_flops_per_token": 2.0 * (m.active_linear_params_per_token - m.num_moe_layers
+                                            * m.num_experts_per_tok * 3 * h * m.expert_intermediate_size) / tp,
+            "_expert_flops_per_row": 2.0 * m.num_moe_layers * 3 * h * m.expert_intermediate_size / tp,
             "_lm_head_flops_per_select": 2.0 * embed / tp,
             "_weight_bytes_no_head": m.params_read_per_step(0, with_lm_head=False) * wb / tp,
             "_weight_bytes_with_head": m.params_read_per_step(0) * wb / tp,
@@ -147,6 +174,7 @@ class RooflineCostModel:
             "_link_rate": link_rate,
             "_link_latency": link_latency,
             "_overlap": self.transfer_mode == "overlap",
+            "_expert_bytes": wb if self.expert_weight_dtype_bytes is None else self.expert_weight_dtype_bytes,
         }
         bandwidth, hop_latency = self._collective_link()
         if tp > 1:
@@ -173,7 +201,7 @@ class RooflineCostModel:
         if not plan.num_seqs:
             return transfer
         num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
-        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
+        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting, plan.group_step)
         compute = self._add_overhead(dense + self._step_attention_time(plan, attn_work, sum_context + num_tokens) + comm,
                                      overhead)
         if self._overlap:
@@ -191,7 +219,7 @@ class RooflineCostModel:
             return [self.step_time(step_plan) for step_plan in repeat.plans()]
         plan = repeat.kept_plan()
         num_tokens, num_selecting, sum_context, attn_work, sum_squares = _sums(plan)
-        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
+        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting, plan.group_step)
         # (No transfers: a repeat's plan moves no blocks; x + 0.0 and max(x, 0.0) are x.)
         steps = range(repeat.advance, repeat.advance + repeat.num_steps)
         if repeat.num_steps < MIN_STEPS_IN_ARRAYS:
@@ -230,20 +258,33 @@ class RooflineCostModel:
         memory = (full * kv_positions + sliding * window_positions) * self._kv_bytes_per_pos_per_layer / self._mem_rate
         return max(compute, memory)
 
-    def _fixed_parts(self, num_tokens: int, num_seqs: int, num_selecting: int) -> tuple[float, float, float]:
-        """The dense, comm and overhead terms (they do not depend on context)."""
+    def _fixed_parts(self, num_tokens: int, num_seqs: int, num_selecting: int,
+                     group_step: int = 0) -> tuple[float, float, float]:
+        """The dense, comm and overhead terms (they do not depend on context). A multi-step
+        group's later steps (`group_step` > 0) pay no overhead: no scheduler pass plans them and
+        their outputs are processed once, when the group ends (vLLM 0.6's multi-step)."""
         weight_bytes = self._weight_bytes_with_head if num_selecting else self._weight_bytes_no_head
         if self.model.is_moe:
             # Each layer reads the distinct experts its num_tokens positions route to, in
             # expectation (ModelSpec.expert_params_read). A repeat's steps share num_tokens, so
             # step_time and repeat_times get the same float.
-            weight_bytes += self.model.expert_params_read(num_tokens) * self.weight_dtype_bytes / self.tensor_parallel
+            weight_bytes += self.model.expert_params_read(num_tokens) * self._expert_bytes / self.tensor_parallel
         dense_flops = num_tokens * self._gemm_flops_per_token + num_selecting * self._lm_head_flops_per_select
+        if self.model.is_moe:
+            rows = self.model.expected_expert_rows(num_tokens, self.expert_tile_rows(num_tokens))
+            dense_flops += rows * self._expert_flops_per_row
         dense_bytes = weight_bytes + num_tokens * self._act_bytes_per_token
         dense = max(dense_flops / self._gemm_compute_rate, dense_bytes / self._mem_rate)
         comm = num_tokens * self._comm_per_token + self._comm_fixed
-        overhead = self.step_overhead_s + num_seqs * self.per_seq_overhead_s
+        overhead = 0.0 if group_step else self.step_overhead_s + num_seqs * self.per_seq_overhead_s
         return dense, comm, overhead
+
+    def expert_tile_rows(self, num_tokens: int) -> int:
+        """The grouped GEMM's tile rows for a step of `num_tokens` positions: moe_tile_rows, or the
+        Triton MoE kernels' choice from the mean tokens per expert (see moe_tile_rows)."""
+        if self.moe_tile_rows is not None:
+            return self.moe_tile_rows
+        return moe_expert_tile_rows(num_tokens * self.model.num_experts_per_tok / self.model.num_experts)
 
     def transfer_time(self, plan: StepPlan) -> float:
         """Swap-in plus swap-out: per direction one latency and blocks x block bytes / link rate."""
@@ -256,7 +297,7 @@ class RooflineCostModel:
     def breakdown(self, plan: StepPlan) -> dict[str, float]:
         """The step's time by part (for reports and tests); their total is step_time's compute."""
         num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
-        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting)
+        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting, plan.group_step)
         return {"dense_s": dense, "attention_s": self._step_attention_time(plan, attn_work, sum_context + num_tokens),
                 "comm_s": comm, "overhead_s": overhead, "transfer_s": self.transfer_time(plan)}
 
@@ -294,6 +335,10 @@ class RooflineCostModel:
         if not isinstance(self.async_scheduling, bool):
             raise ValueError(f"async_scheduling: expected true or false, found {self.async_scheduling!r}")
         _check_number("activation_rw_per_layer", self.activation_rw_per_layer, allow_zero=True)
+        if self.activation_stream_bytes is not None:
+            _check_number("activation_stream_bytes", self.activation_stream_bytes)
+        if self.moe_tile_rows is not None:
+            _check_int("moe_tile_rows", self.moe_tile_rows, minimum=1)
         _check_int("allreduce_per_layer", self.allreduce_per_layer, minimum=0)
         _check_int("tensor_parallel", self.tensor_parallel, minimum=1)
         _check_int("pipeline_parallel", self.pipeline_parallel, minimum=1)
@@ -301,6 +346,8 @@ class RooflineCostModel:
             raise ValueError(f"pipeline_parallel: expected a divisor of the model's {self.model.num_layers} layers "
                              f"(stages of equal depth), found {self.pipeline_parallel}")
         _check_number("weight_dtype_bytes", self.weight_dtype_bytes)
+        if self.expert_weight_dtype_bytes is not None:
+            _check_number("expert_weight_dtype_bytes", self.expert_weight_dtype_bytes)
         if self.activation_dtype not in ACTIVATION_DTYPE_BYTES:
             raise ValueError(f"activation_dtype: expected one of {sorted(ACTIVATION_DTYPE_BYTES)}, "
                              f"found {self.activation_dtype!r}")
@@ -322,6 +369,21 @@ class RooflineCostModel:
             _check_number("transfer_latency_s", self.transfer_latency_s, allow_zero=True)
         if self.transfer_mode not in TRANSFER_MODES:
             raise ValueError(f"transfer_mode: expected one of {list(TRANSFER_MODES)}, found {self.transfer_mode!r}")
+
+
+def moe_expert_tile_rows(tokens_per_expert: float) -> int:
+    """The tile rows a grouped MoE GEMM runs for this mean of tokens per expert, as the Triton MoE
+    kernels choose it on NVIDIA parts (triton_kernels matmul_ogs, opt_flags): at most 64 tokens
+    (ragged, weight-bound) the power of two at or above twice the mean, within [16, 64]; above,
+    the power of two at or above the mean, within [16, 128]."""
+    mean = max(1, int(tokens_per_expert))
+    if mean <= 64:
+        return max(16, min(_next_power_of_two(2 * mean), 64))
+    return max(16, min(_next_power_of_two(mean), 128))
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length()
 
 
 def _sums(plan: StepPlan) -> tuple[int, int, int, int, int]:
@@ -401,6 +463,7 @@ def make_roofline(params: dict, ctx: CostContext) -> RooflineCostModel:
         return RooflineCostModel(
             model=ctx.model, hardware=hardware, weight_dtype_bytes=ctx.weight_dtype_bytes,
             kv_dtype_bytes=ctx.kv_dtype_bytes, tensor_parallel=ctx.tensor_parallel,
+            expert_weight_dtype_bytes=ctx.expert_weight_dtype_bytes,
             activation_dtype=ctx.activation_dtype, pipeline_parallel=ctx.pipeline_parallel, **params,
         )
     except (ValueError, TypeError) as exc:

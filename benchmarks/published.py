@@ -122,9 +122,15 @@ def experiment_for(fig: dict, source: dict, *, max_requests: int, quick: bool, c
         # One static batch (TensorRT-LLM's gptSessionBenchmark): every request prefilled
         # together, then decoded together until the last finishes.
         policy = {"name": "static", "max_batch_size": int(concurrency or count)}
+    elif settings.get("chunked_prefill", True) is False:
+        # Prompts run whole, sharing the step with the running decodes (TensorRT-LLM in-flight
+        # batching without chunked context, its default: a prompt waits until it fits the step's
+        # token budget beside the decodes).
+        policy = {"name": "continuous", "mixed": True, "max_num_seqs": int(max_seqs), "max_num_batched_tokens": tokens,
+                  "admission": settings.get("admission", "optimistic")}
     else:
         # Prompts and decodes share a step, prompts cut into pieces of up to the step's token
-        # budget (TensorRT-LLM in-flight batching, vLLM v1, TurboMind).
+        # budget (TensorRT-LLM in-flight batching with chunked context, vLLM v1, TurboMind).
         policy = {"name": "chunked_prefill", "max_num_seqs": int(max_seqs), "max_num_batched_tokens": tokens,
                   "chunk_size": tokens, "admission": settings.get("admission", "optimistic")}
     model = fig["model"]

@@ -90,7 +90,11 @@ class _BatchingCommon(_PolicyCommon):
     # The order admission takes waiting requests in (policies.queues): arrival order, request
     # priority (lower first), fewest tokens first, or longest cached prefix first (SGLang's lpm).
     queue_order: Literal["fcfs", "priority", "shortest_prompt_first", "longest_prefix_match"] = "fcfs"
-
+    num_scheduler_steps: int = Field(1, ge=1, le=1024, description=(
+        "vLLM 0.6's multi-step scheduling: after a step the scheduler planned, up to this many steps "
+        "in all decode the same batch with no scheduler pass (no admission, no CPU scheduling time in "
+        "the roofline), and their outputs reach clients together when the group ends. A step that "
+        "only prefills whole prompts runs alone. 1: every step is scheduled (docs/policies.md)."))
 
     @model_validator(mode="after")
     def _ratios_only_where_read(self) -> _BatchingCommon:
@@ -387,10 +391,15 @@ class Experiment(Strict):
         "Pipeline stages the layers are split over (a divisor of the model's layers): weights and KV per GPU "
         "divide by it; a step runs through every stage in turn, one batch in flight (docs/cost-models.md)"))
     weight_dtype: str = Field("bf16", description=(
-        "Weight scalar type: bytes per parameter for memory and roofline traffic (fp4 and int4: 0.5)"))
+        "Weight scalar type: bytes per parameter for memory and roofline traffic (fp4 and int4: 0.5; "
+        "nvfp4 and mxfp4 with their block scales: 4.5 and 4.25 bits)"))
+    expert_weight_dtype: str | None = Field(None, description=(
+        "Weight scalar type of a mixture-of-experts model's routed experts where the checkpoint quantizes "
+        "them apart (mxfp4: 4.25 bits, OCP MX); unset: the model's own (gpt-oss: mxfp4), else weight_dtype"))
     activation_dtype: str | None = Field(None, description=(
         "The GEMMs' compute dtype, whose tensor-core peak prices dense FLOPs; unset: fp8 and int8 weights "
-        "run W8A8 (activations of their type), 4-bit weights weight-only (bf16), others their own type"))
+        "run W8A8 (activations of their type); on a part with an fp4 peak fp4 and nvfp4 weights run W4A4, "
+        "mxfp4 W4A8; other 4-bit weights weight-only (bf16); others their own type"))
     kv_cache: KVCacheConfig = Field(default_factory=KVCacheConfig)
     workload: WorkloadSpec
     cost_model: CostModelConfig = Field(default_factory=CostModelConfig)
@@ -413,6 +422,11 @@ class Experiment(Strict):
     def _known_weight_dtype(cls, value: str) -> str:
         return one_of(value, WEIGHT_DTYPE_BYTES, "weight dtype")
 
+    @field_validator("expert_weight_dtype")
+    @classmethod
+    def _known_expert_weight_dtype(cls, value: str | None) -> str | None:
+        return value if value is None else one_of(value, WEIGHT_DTYPE_BYTES, "weight dtype")
+
     @field_validator("activation_dtype")
     @classmethod
     def _known_activation_dtype(cls, value: str | None) -> str | None:
@@ -420,8 +434,15 @@ class Experiment(Strict):
 
     @property
     def compute_dtype(self) -> str:
-        """activation_dtype, or the one engines pair with weight_dtype (simcore.precision)."""
+        """activation_dtype, or the one engines pair with weight_dtype (simcore.precision) on a part
+        without an fp4 peak (compute_dtype_on: on a given part)."""
         return self.activation_dtype or default_activation_dtype(self.weight_dtype)
+
+    def compute_dtype_on(self, hardware: Any) -> str:
+        """activation_dtype, or the one engines pair with weight_dtype on this hardware (4-bit
+        floating-point weights run W4A4 or W4A8 where it has an fp4 peak)."""
+        return self.activation_dtype or default_activation_dtype(self.weight_dtype,
+                                                                 fp4_peak=hardware.peak("fp4") is not None)
 
     _name_is_a_file_name = field_validator("name")(_file_name)
 
@@ -443,6 +464,16 @@ class Experiment(Strict):
                 if policy.name == "static":
                     raise ValueError(f"policies[{index}]: static batching cannot continue a request prefilled "
                                      "elsewhere; a disaggregated cluster runs continuous, chunked_prefill or offload")
+        return self
+
+    @model_validator(mode="after")
+    def _timeouts_not_under_multi_step(self) -> Experiment:
+        if self.clients is not None and self.clients.timeout_s is not None:
+            for index, policy in enumerate(self.policies):
+                if getattr(policy, "num_scheduler_steps", 1) > 1:
+                    raise ValueError(f"policies[{index}].num_scheduler_steps: client timeouts (clients.timeout_s) "
+                                     "are not modelled under multi-step scheduling; expected 1, found "
+                                     f"{policy.num_scheduler_steps}")
         return self
 
     @model_validator(mode="after")

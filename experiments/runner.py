@@ -38,7 +38,7 @@ from simcore.errors import ConfigError
 from simcore.hf_config import context_length
 from simcore.itl import ItlLog
 from simcore.metrics import add_token_columns, measured_rows, summarize_frame, token_columns_as_text
-from simcore.model import DTYPE_BYTES, GIB
+from simcore.model import DTYPE_BYTES, GIB, ModelSpec
 from simcore.precision import WEIGHT_DTYPE_BYTES
 from simcore.prefix import PrefixHasher
 from simcore.presets import get_hardware, get_model
@@ -88,6 +88,7 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
     num_blocks = exp.kv_cache.num_blocks or num_gpu_blocks(
         model, hardware, block_size=exp.kv_cache.block_size, kv_dtype_bytes=kv_bytes,
         weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype],
+        expert_weight_dtype_bytes=expert_weight_bytes(exp, model, source=source),
         gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
         tensor_parallel=exp.tensor_parallel, pipeline_parallel=stages, source=source,
     )
@@ -110,11 +111,25 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
     }
 
 
+def expert_weight_bytes(exp: Experiment, model: ModelSpec, *, source: str | Path | None) -> float | None:
+    """Bytes per routed-expert weight: the experiment's expert_weight_dtype, else the checkpoint's
+    (ModelSpec.expert_weight_dtype, e.g. gpt-oss's mxfp4); None: as weight_dtype. A model without
+    routed experts refuses expert_weight_dtype."""
+    if exp.expert_weight_dtype is not None and not model.is_moe:
+        raise ConfigError("the model has no routed experts", source=str(source) if source is not None else None,
+                          where="expert_weight_dtype", expected="unset for a dense model",
+                          found=exp.expert_weight_dtype)
+    dtype = exp.expert_weight_dtype or (model.expert_weight_dtype if model.is_moe else None)
+    return None if dtype is None else WEIGHT_DTYPE_BYTES[dtype]
+
+
 def cost_context(exp: Experiment, kv: dict, source: str | Path | None) -> CostContext:
     """What the experiment's cost models are built with (`kv` from resolve_kv)."""
     return CostContext(
         model=kv["model"], hardware_name=kv["hardware"].name, hardware=kv["hardware"], kv_dtype_bytes=kv["kv_dtype_bytes"],
-        weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype], activation_dtype=exp.compute_dtype,
+        weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype],
+        expert_weight_dtype_bytes=expert_weight_bytes(exp, kv["model"], source=source),
+        activation_dtype=exp.compute_dtype_on(kv["hardware"]),
         block_size=exp.kv_cache.block_size, num_blocks=kv["num_blocks"], num_host_blocks=kv["num_host_blocks"],
         tensor_parallel=exp.tensor_parallel, pipeline_parallel=exp.pipeline_parallel,
         seed=exp.seed, source=Path(source) if source is not None else None,

@@ -394,7 +394,9 @@ def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, c
 def accelerator_for(policy: Scheduler) -> DecodeRuns | None:
     """The accelerator registered for the policy's exact class, else the generic one where the
     class that wrote the policy's `fill` says its predicates describe it (`accelerable`), else
-    None: plain stepping."""
+    None: plain stepping (as under multi-step scheduling, `num_scheduler_steps`)."""
+    if policy.options.num_scheduler_steps > 1:
+        return None  # (a run delivers each step's outputs as it ends; a multi-step group, at its end)
     cls = type(policy)
     if cls in ACCELERATORS:
         return ACCELERATORS[cls](policy)

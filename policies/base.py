@@ -16,7 +16,7 @@ certain without planning each: `only_continues_next`, `arrival_waits` and `runs_
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Literal
@@ -72,6 +72,11 @@ class SchedulerOptions:
     delivery_s: float = 0.0
     # The order admission takes waiting requests in (policies.queues).
     queue_order: str = "fcfs"
+    # Steps a schedule runs for (vLLM 0.6's multi-step scheduling): after a step the scheduler
+    # planned, up to num_scheduler_steps - 1 more steps decode the same batch with no scheduler
+    # pass (no admission, no CPU scheduling time), and the group's outputs reach their clients
+    # together when it ends (docs/policies.md, "Multi-step scheduling").
+    num_scheduler_steps: int = 1
 
 
 def _nothing(request: Request) -> tuple:
@@ -154,6 +159,12 @@ class Scheduler:
         # Conservative admission's share of outputs kept room for: its value and the step it
         # was set at (it falls linearly from there: `new_token_ratio`).
         self._ratio_set = (options.new_token_ratio, 0)
+        # A multi-step group under way: steps still to come after the last one completed, the
+        # outputs each request has made in it that no client has seen (request id -> request,
+        # count), and requests with all their outputs that leave when it ends.
+        self._group_steps_left = 0
+        self._burst: dict[int, tuple[Request, int]] = {}
+        self._finishing: list[Request] = []
         self._now = 0.0
         self._builder: PlanBuilder | None = None
 
@@ -175,6 +186,8 @@ class Scheduler:
     def schedule(self, now: float) -> StepPlan | None:
         """The next step's plan, or None when nothing can run until something arrives."""
         self._now = now
+        if self._group_steps_left:
+            return self._continue_group()
         if not self.running:  # an empty batch starts cautious again
             self._ratio_set = (self.options.new_token_ratio, self.num_steps)
         self.waiting.sort_by_prefix(self.cached_prefix_positions)
@@ -215,6 +228,8 @@ class Scheduler:
                     self.note_resumed(request, now)
         self.num_resident_tokens += plan.num_batched_tokens
         selecting = [*decoded, *(request for request, seq in zip(listed, plan.listed) if seq.selects_token)]
+        if self.options.num_scheduler_steps > 1:
+            return self._complete_in_group(plan, selecting, now)
         gaps = self.select_outputs(selecting, now)
         if gaps:
             self.itl.add_gaps(gaps)
@@ -226,6 +241,65 @@ class Scheduler:
     def has_work(self) -> bool:
         """Whether anything is queued, running or swapped out."""
         return bool(self.waiting or self.running or self.swapped)
+
+    # ---- multi-step scheduling (num_scheduler_steps > 1) -------------------------------------
+
+    def _complete_in_group(self, plan: StepPlan, selecting: list[Request], now: float) -> list[Request]:
+        """A step of a multi-step group ended at `now` (its positions advanced): its outputs are
+        made but not delivered; a request with all of them stops running and leaves when the
+        group ends (vLLM 0.6 frees it when it processes the group's outputs). The group goes on
+        while steps are left and its decodes can all run (`_group_decoders`); else it ends now:
+        the burst is delivered and the requests that finished leave (returned)."""
+        for request in selecting:
+            request.num_outputs += 1
+            if request.prefill_done_s is None:
+                request.prefill_done_s = now
+            made = self._burst.get(request.request_id)
+            self._burst[request.request_id] = (request, made[1] + 1 if made else 1)
+            if request.num_outputs >= request.num_target_outputs:
+                self.running.remove(request)
+                self.num_resident_tokens -= request.num_processed
+                self._finishing.append(request)
+        self._group_steps_left = self._steps_left_after(plan)
+        if self._group_steps_left and self._group_decoders() is not None:
+            return []
+        self._group_steps_left = 0
+        burst, self._burst = list(self._burst.values()), {}
+        gaps = self._deliver([request for request, _ in burst], now, [count for _, count in burst])
+        if gaps:
+            self.itl.add_gaps(gaps)
+        done, self._finishing = self._finishing, []
+        for request in done:
+            self._release_blocks(request)
+            self._leave(request, Status.FINISHED, now + self.options.delivery_s, self.finished)
+        return done
+
+    def _steps_left_after(self, plan: StepPlan) -> int:
+        """Steps still to come in the group of `plan`: a step the scheduler planned starts a group
+        of num_scheduler_steps, but one that only prefills whole prompts runs alone (vLLM 0.6
+        gives a prefill batch lookahead slots only where it chunks prompts)."""
+        if not plan.group_step and self.admits_whole_prompts and not plan.num_decode_tokens:
+            return 0
+        return self.options.num_scheduler_steps - 1 - plan.group_step
+
+    def _group_decoders(self) -> list[Request] | None:
+        """The running requests a group's next step decodes (those past their prompts: a prompt
+        in progress waits for the next schedule, as in vLLM's multi-step chunked prefill), or
+        None where that step cannot run: nothing to decode, more than a step's budget, or
+        too few free blocks (the group ends early then, rather than preempt in it)."""
+        decoders = [request for request in self.running if not request.is_prefilling]
+        if not decoders or len(decoders) > min(self.options.max_num_batched_tokens, self.options.max_num_seqs):
+            return None
+        ids = [request.request_id for request in decoders]
+        return decoders if self.bm.max_decode_steps(ids, 1) == 1 else None
+
+    def _continue_group(self) -> StepPlan | None:
+        """A group's next step: the same batch decodes again, planned by no scheduler pass."""
+        decoders = self._group_decoders()
+        assert decoders is not None, "a group goes on only where its next step can run"
+        self._begin_plan()
+        self.schedule_decodes(decoders, StepBudget(len(decoders), len(decoders)))
+        return self._end_plan(group_step=self.options.num_scheduler_steps - self._group_steps_left)
 
     # ---- what accelerators ask (docs/policies.md, "Writing a policy") ---------------------
     # Each a claim about `fill`; the equivalence tests (tests/test_accelerate.py) check them.
@@ -634,16 +708,25 @@ class Scheduler:
         """A pass that ended at `now` covered each request's last known token: one more output
         each, delivered `delivery_s` later. Returns the gaps since their last outputs (for the
         inter-token latencies), in order."""
-        delivered = now + self.options.delivery_s
-        gaps = []
         for request in requests:
             request.num_outputs += 1
             if request.prefill_done_s is None:
                 request.prefill_done_s = now
+        return self._deliver(requests, now, repeat(1))
+
+    def _deliver(self, requests: Sequence[Request], now: float, counts: Iterable[int]) -> list[float]:
+        """Each request's newest `count` outputs (made by `now`) reach its client together,
+        `delivery_s` later. Returns the gaps, in order: for each request, the first output's
+        since its last delivery (none for its first output), then 0 for each other (a burst)."""
+        delivered = now + self.options.delivery_s
+        gaps = []
+        for request, count in zip(requests, counts):
             if request.last_token_s is None:
                 request.first_token_s = delivered
             else:
                 gaps.append(delivered - request.last_token_s)
+            if count > 1:
+                gaps += [0.0] * (count - 1)
             request.last_token_s = delivered
         return gaps
 
@@ -693,8 +776,9 @@ class Scheduler:
         self._leave(request, Status.TIMED_OUT, now, self.timed_out)
 
     def drain_unfinished(self) -> list[Request]:
-        """When a time horizon ends the run: everything still queued or running, marked unfinished."""
-        left = [*self.running, *self.swapped, *self.waiting]
+        """When a time horizon ends the run: everything still queued or running, marked unfinished
+        (with requests whose outputs a multi-step group had not delivered)."""
+        left = [*self._finishing, *self.running, *self.swapped, *self.waiting]
         for request in left:
             request.status = Status.UNFINISHED
         return left
@@ -705,7 +789,7 @@ class Scheduler:
         self._builder = self.prefix.builder = PlanBuilder()
         return self._builder
 
-    def _end_plan(self) -> StepPlan | None:
+    def _end_plan(self, group_step: int = 0) -> StepPlan | None:
         builder = self._builder
         self._builder = self.prefix.builder = None
         # A step with no sequence still happens if it moves blocks (a swap-out that made room).
@@ -722,6 +806,7 @@ class Scheduler:
             block_bytes=self.block_bytes,
             preempted_ids=tuple(builder.preempted),
             admitted_ids=tuple(builder.admitted),
+            group_step=group_step,
         )
 
     def _run(self, request: Request, num_new: int) -> None:

@@ -49,9 +49,11 @@ def block_bytes(
     return model.num_layers * model.kv_scalars_per_token_per_layer(tensor_parallel) * kv_dtype_bytes * block_size
 
 
-def weight_bytes_per_gpu(model: ModelSpec, weight_dtype_bytes: float, tensor_parallel: int = 1) -> float:
-    """Parameters x bytes, split evenly over the tensor-parallel ranks (norms are tiny)."""
-    return model.num_params * weight_dtype_bytes / tensor_parallel
+def weight_bytes_per_gpu(model: ModelSpec, weight_dtype_bytes: float, tensor_parallel: int = 1,
+                         expert_weight_dtype_bytes: float | None = None) -> float:
+    """Parameters x bytes (routed experts at their own bytes where given: ModelSpec.weight_bytes),
+    split evenly over the tensor-parallel ranks (norms are tiny)."""
+    return model.weight_bytes(weight_dtype_bytes, expert_weight_dtype_bytes) / tensor_parallel
 
 
 def num_gpu_blocks(
@@ -66,6 +68,7 @@ def num_gpu_blocks(
     activation_reserve_bytes: int = DEFAULT_ACTIVATION_RESERVE_BYTES,
     source: str | Path | None = None,
     pipeline_parallel: int = 1,
+    expert_weight_dtype_bytes: float | None = None,
 ) -> int:
     """floor((memory x utilisation - weights/tp/pp - reserve) / block bytes per GPU), where a
     pipeline stage holds 1/pp of the layers: of the weights and of every block (pp divides the
@@ -75,7 +78,8 @@ def num_gpu_blocks(
         raise ConfigError("invalid gpu_memory_utilization", source=where_src, where="gpu_memory_utilization",
                           expected="a fraction in (0, 1]", found=gpu_memory_utilization)
     usable = hardware.memory_bytes * gpu_memory_utilization
-    weights = weight_bytes_per_gpu(model, weight_dtype_bytes, tensor_parallel) / pipeline_parallel
+    weights = weight_bytes_per_gpu(model, weight_dtype_bytes, tensor_parallel,
+                                   expert_weight_dtype_bytes) / pipeline_parallel
     free = usable - weights - activation_reserve_bytes
     per_block = block_bytes(model, block_size, kv_dtype_bytes, tensor_parallel, source=source) // pipeline_parallel
     if free < per_block:

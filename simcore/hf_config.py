@@ -350,7 +350,21 @@ def _moe_fields(reader: _Reader, model_type: str, num_layers: int) -> dict[str, 
         # Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers, every decoder_sparse_step-th layer.
         dense = [i for i in range(num_layers) if i in only or (i + 1) % step]
     fields["dense_mlp_layers"] = tuple(dense)
+    expert_dtype = _expert_weight_dtype(reader)
+    if expert_dtype is not None:
+        fields["expert_weight_dtype"] = expert_dtype
     return fields
+
+
+def _expert_weight_dtype(reader: _Reader) -> str | None:
+    """The routed experts' stored dtype where `quantization_config` quantizes them apart: MXFP4
+    (quant_method mxfp4, as openai/gpt-oss ships: the experts in MXFP4, modules_to_not_convert
+    the attention, router, embeddings and lm_head). Other quantization methods describe the
+    whole model, which an experiment's weight_dtype says; None for them."""
+    quant = reader.mapping("quantization_config")
+    if quant is None or quant.get("quant_method") != "mxfp4":
+        return None
+    return "mxfp4"
 
 
 def _mla_fields(reader: _Reader, model_type: str) -> dict[str, Any]:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 GIB = 1024**3
 
@@ -73,6 +77,10 @@ class ModelSpec:
     v_head_dim: int = 0
     # gpt-oss: a learned logit per head joins every softmax (an "attention sink"); it stores no KV.
     attention_sinks: bool = False
+    # The dtype the checkpoint stores its routed experts in when they are quantized apart from the
+    # rest of the model (gpt-oss: "mxfp4", its config.json's quantization_config); None: as the
+    # rest (an experiment's weight_dtype). Shared experts, router and attention keep weight_dtype.
+    expert_weight_dtype: str | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -247,6 +255,30 @@ class ModelSpec:
         num_experts = self.num_experts
         return num_experts * (1.0 - (1.0 - self.num_experts_per_tok / num_experts) ** num_tokens)
 
+    def weight_bytes(self, weight_dtype_bytes: float, expert_weight_dtype_bytes: float | None = None) -> float:
+        """Bytes of all the weights: the routed experts at `expert_weight_dtype_bytes` (None: as
+        the rest), everything else at `weight_dtype_bytes`."""
+        total = self.num_params * weight_dtype_bytes
+        if expert_weight_dtype_bytes is None or expert_weight_dtype_bytes == weight_dtype_bytes:
+            return total
+        return total + self.routed_expert_params * (expert_weight_dtype_bytes - weight_dtype_bytes)
+
+    def expected_expert_rows(self, num_tokens: int, tile_rows: int = 1) -> float:
+        """Expected rows one MoE layer's routed-expert GEMMs compute for a step of `num_tokens`
+        positions when each expert's rows are padded to whole tiles of `tile_rows`.
+
+        A grouped GEMM runs each activated expert's tokens in tiles of tile_rows rows (vLLM's
+        fused_moe pads every expert's row count to its BLOCK_SIZE_M, moe_align_block_size; the
+        Triton and CUTLASS grouped GEMMs tile each expert apart), so an expert given n tokens
+        costs ceil(n / tile_rows) tiles. Under uniform, independent routing (as
+        expected_experts_activated) n is Binomial(T, k/E), and E x tile_rows x E[ceil(n / tile_rows)]
+        rows are computed, E[ceil(n / m)] being sum over j >= 0 of P(n > j m). tile_rows = 1 gives
+        T k, the rows without padding. 0.0 for a dense model.
+        """
+        if not self.is_moe or num_tokens <= 0:
+            return 0.0
+        return _expected_padded_rows(int(num_tokens), self.num_experts_per_tok, self.num_experts, int(tile_rows))
+
     def expert_params_read(self, num_tokens: int) -> float:
         """Routed-expert weights a step of `num_tokens` positions reads: in each MoE layer, the
         `expected_experts_activated` (0.0 for a dense model)."""
@@ -274,6 +306,24 @@ class ModelSpec:
         if self.is_mla:
             return self.num_q_heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
         return 2 * self.num_q_heads * self.head_dim
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _expected_padded_rows(num_tokens: int, top_k: int, num_experts: int, tile_rows: int) -> float:
+    """num_experts x tile_rows x E[ceil(n / tile_rows)] for n ~ Binomial(num_tokens, top_k / num_experts)."""
+    if tile_rows == 1:
+        return float(num_tokens * top_k)
+    if top_k == num_experts:  # every expert gets every token
+        return float(num_experts * tile_rows * -(-num_tokens // tile_rows))
+    p = top_k / num_experts
+    # The pmf in log space (no underflow at large T): log pmf(n + 1) - log pmf(n) = log((T - n) / (n + 1) p / (1 - p)).
+    n = np.arange(num_tokens, dtype=np.float64)
+    log_pmf = np.empty(num_tokens + 1)
+    log_pmf[0] = num_tokens * math.log1p(-p)
+    log_pmf[1:] = log_pmf[0] + np.cumsum(np.log((num_tokens - n) / (n + 1)) + math.log(p / (1 - p)))
+    pmf = np.exp(log_pmf)
+    tiles = -(-np.arange(num_tokens + 1) // tile_rows)  # ceil(n / tile_rows)
+    return float(num_experts * tile_rows * np.dot(pmf, tiles) / pmf.sum())
 
 
 def kv_cache_bytes(

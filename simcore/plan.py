@@ -64,7 +64,7 @@ class StepPlan:
     batch) besides sequences built one by one (`listed`); `seqs` reads them all as sequences."""
 
     __slots__ = ("step_id", "decodes", "listed", "blocks_to_copy", "blocks_to_swap_out", "blocks_to_swap_in",
-                 "block_bytes", "preempted_ids", "admitted_ids", "num_batched_tokens", "num_prefill_tokens",
+                 "block_bytes", "preempted_ids", "admitted_ids", "group_step", "num_batched_tokens", "num_prefill_tokens",
                  "num_decode_tokens", "num_selecting", "_seqs")
 
     def __init__(
@@ -79,6 +79,7 @@ class StepPlan:
         block_bytes: int = 0,
         preempted_ids: tuple[int, ...] = (),
         admitted_ids: tuple[int, ...] = (),
+        group_step: int = 0,
     ) -> None:
         self.step_id = step_id
         # Decodes as columns, then sequences built one by one (`seqs`, after them in the batch).
@@ -99,6 +100,10 @@ class StepPlan:
         self.preempted_ids = preempted_ids
         # Requests admitted from the queue by this plan (they run in it).
         self.admitted_ids = admitted_ids
+        # Its place in a multi-step group (`num_scheduler_steps`): 0 for a step a scheduler pass
+        # planned; k for the k-th step after it, which repeats that schedule with no pass (a
+        # cost model charges it no CPU scheduling time).
+        self.group_step = group_step
         # Token counts, derived once (read by cost models and step records).
         num_decodes = len(decodes.request_ids)
         batched = prefill = 0
@@ -142,17 +147,18 @@ class StepPlan:
         kept = [index for index in range(num_decodes) if index not in gone]
         decodes = Decodes(*([column[index] for index in kept] for column in self.decodes))
         listed = tuple(seq for index, seq in enumerate(self.listed, num_decodes) if index not in gone)
-        return StepPlan(self.step_id, listed, decodes=decodes)
+        return StepPlan(self.step_id, listed, decodes=decodes, group_step=self.group_step)
 
     def with_seqs(self, seqs: tuple[ScheduledSeq, ...], step_id: int | None = None) -> StepPlan:
         """This plan with other sequences (all listed) and, if given, another step id."""
         return StepPlan(self.step_id if step_id is None else step_id, seqs, blocks_to_copy=self.blocks_to_copy,
                         blocks_to_swap_out=self.blocks_to_swap_out, blocks_to_swap_in=self.blocks_to_swap_in,
-                        block_bytes=self.block_bytes, preempted_ids=self.preempted_ids, admitted_ids=self.admitted_ids)
+                        block_bytes=self.block_bytes, preempted_ids=self.preempted_ids, admitted_ids=self.admitted_ids,
+                        group_step=self.group_step)
 
     def _key(self) -> tuple:
         return (self.step_id, self.seqs, self.blocks_to_copy, self.blocks_to_swap_out, self.blocks_to_swap_in,
-                self.block_bytes, self.preempted_ids, self.admitted_ids)
+                self.block_bytes, self.preempted_ids, self.admitted_ids, self.group_step)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, StepPlan) and self._key() == other._key()
@@ -162,17 +168,17 @@ class StepPlan:
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={value!r}" for name, value in zip(
             ("step_id", "seqs", "blocks_to_copy", "blocks_to_swap_out", "blocks_to_swap_in", "block_bytes",
-             "preempted_ids", "admitted_ids"), self._key()))
+             "preempted_ids", "admitted_ids", "group_step"), self._key()))
         return f"StepPlan({fields})"
 
     def __getstate__(self) -> tuple:
         return self._key()
 
     def __setstate__(self, state: tuple) -> None:
-        step_id, seqs, copy, swap_out, swap_in, block_bytes, preempted, admitted = state
+        step_id, seqs, copy, swap_out, swap_in, block_bytes, preempted, admitted, group_step = state
         self.__init__(step_id, seqs, blocks_to_copy=copy, blocks_to_swap_out=swap_out,  # type: ignore[misc]
                       blocks_to_swap_in=swap_in, block_bytes=block_bytes, preempted_ids=preempted,
-                      admitted_ids=admitted)
+                      admitted_ids=admitted, group_step=group_step)
 
 
 class Repeat(NamedTuple):

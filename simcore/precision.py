@@ -6,6 +6,17 @@ Engines run a quantized checkpoint in one of two ways, and the roofline prices b
 - weight-only (4-bit GPTQ/AWQ, Marlin kernels): weights are stored in 4 bits (0.5 bytes a
   parameter; group scales are left out) and widened to bf16 in the kernel, so the GEMM runs at
   the bf16 peak. With 4-bit activations too (NVFP4 W4A4 on Blackwell) it runs at the fp4 peak.
+  `fp4` and `nvfp4` checkpoints (NVFP4, as ModelOpt writes them) run W4A4 by default on a part
+  with an fp4 peak (TensorRT-LLM and vLLM quantize the activations to NVFP4 there) and
+  weight-only elsewhere; `int4` (GPTQ/AWQ) always weight-only.
+- `mxfp4` (OCP microscaling fp4: 4-bit E2M1 values and one 8-bit E8M0 scale per block of 32,
+  4.25 bits a parameter; OCP Microscaling Formats (MX) v1.0 spec, section 5) is the format of
+  gpt-oss's routed experts, the rest of that checkpoint bf16 (its config.json
+  `quantization_config`: quant_method mxfp4, modules_to_not_convert the attention, router,
+  embeddings and lm_head). On Hopper the MoE GEMM widens it to bf16, on Blackwell it runs with
+  MXFP8 activations (TensorRT-LLM's gpt-oss deployment guide, MoE backend matrix: H200 activation
+  BF16, B200 activation MXFP8, MoE weights MXFP4): by default fp8 activations on a part with an
+  fp4 peak, bf16 elsewhere.
 The compute dtype is the activation dtype. A part without a peak for it falls back to the next
 wider one it has (fp4 -> fp8 -> bf16, int8 -> bf16), which is what engines do there: an fp8
 checkpoint on an A100 runs weight-only (Marlin) at the bf16 peak. fp32 and fp16 are priced at
@@ -17,7 +28,11 @@ from __future__ import annotations
 from simcore.model import DTYPE_BYTES
 
 # Bytes per stored weight: the KV dtypes plus 4-bit formats.
-WEIGHT_DTYPE_BYTES: dict[str, float] = {**DTYPE_BYTES, "fp4": 0.5, "int4": 0.5}
+# nvfp4 and mxfp4 count their block scales: NVFP4 one fp8 (E4M3) scale per 16 values, 4.5 bits a
+# parameter (NVIDIA's NVFP4 format, as ModelOpt's "quant_algo": "NVFP4", group_size 16 writes it);
+# MXFP4 one E8M0 scale per 32, 4.25 bits (OCP Microscaling Formats v1.0). `fp4` and `int4` leave
+# scales out (0.5 bytes).
+WEIGHT_DTYPE_BYTES: dict[str, float] = {**DTYPE_BYTES, "fp4": 0.5, "int4": 0.5, "nvfp4": 4.5 / 8, "mxfp4": 4.25 / 8}
 # Bytes per activation scalar (hidden-width tensors between layers, all-reduce payloads).
 ACTIVATION_DTYPE_BYTES: dict[str, float] = {**DTYPE_BYTES, "fp4": 0.5}
 # The peaks a hardware entry may give (simcore/hardware.yaml `peak_tflops`).
@@ -31,11 +46,16 @@ PEAK_OF_DTYPE: dict[str, str] = {
 WIDER_PEAK: dict[str, str] = {"fp4": "fp8", "fp8": "bf16", "int8": "bf16"}
 
 
-def default_activation_dtype(weight_dtype: str) -> str:
+def default_activation_dtype(weight_dtype: str, fp4_peak: bool = False) -> str:
     """The activations engines run a checkpoint of this weight dtype with: 8-bit weights as W8A8,
-    4-bit weights weight-only (bf16 activations), wider weights in their own type."""
+    fp4/nvfp4 weights as W4A4 and mxfp4 as W4A8 where the part has an fp4 peak (`fp4_peak`: a
+    Blackwell), other 4-bit weights weight-only (bf16 activations), wider weights in their own type."""
     if weight_dtype in ("fp8", "int8"):
         return weight_dtype
-    if WEIGHT_DTYPE_BYTES.get(weight_dtype) == 0.5:
+    if weight_dtype in ("fp4", "nvfp4") and fp4_peak:
+        return "fp4"
+    if weight_dtype == "mxfp4" and fp4_peak:
+        return "fp8"
+    if WEIGHT_DTYPE_BYTES.get(weight_dtype, 2) < 1:
         return "bf16"
     return weight_dtype

@@ -39,6 +39,9 @@ def _gpt_oss(name: str, *, num_layers: int, num_experts: int) -> ModelSpec:
         max_position_embeddings=131072, rms_norm_eps=1e-5, attention_bias=True,
         sliding_window=128, sliding_layers=tuple(range(0, num_layers, 2)),
         num_experts=num_experts, num_experts_per_tok=4, moe_bias=True, attention_sinks=True,
+        # config.json quantization_config: quant_method mxfp4, modules_to_not_convert the attention,
+        # router, embeddings and lm_head (bf16): only the routed experts are MXFP4.
+        expert_weight_dtype="mxfp4",
     )
 
 

@@ -72,6 +72,8 @@ _GPT_OSS = {
                      "rope_type": "yarn", "truncate": False},
     "rope_theta": 150000, "sliding_window": 128, "swiglu_limit": 7.0, "tie_word_embeddings": False,
     "vocab_size": 201088,
+    "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                       "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
 }
 CONFIGS["gpt-oss-20b"] = {**_GPT_OSS, "num_hidden_layers": 24, "num_local_experts": 32,  # openai/gpt-oss-20b
                           "layer_types": ["sliding_attention", "full_attention"] * 12}
