@@ -30,6 +30,9 @@ class CostContext:
     tensor_parallel: int = 1
     # Pipeline stages (each holds num_layers / pipeline_parallel layers).
     pipeline_parallel: int = 1
+    # Attention data parallel over the tensor_parallel GPUs, experts spread over them (the
+    # roofline's attention_data_parallel).
+    attention_data_parallel: bool = False
     # The GEMMs' compute dtype (simcore.precision.default_activation_dtype of the weights by default).
     activation_dtype: str = "bf16"
     # The hardware itself, where the experiment gave a mapping rather than a preset name (whose

@@ -51,7 +51,7 @@ TRANSFER_MODES = ("serial", "overlap")
 
 # Fields taken from the run (CostContext), not from the user's cost_model parameters.
 CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel", "activation_dtype",
-                  "pipeline_parallel", "expert_weight_dtype_bytes")
+                  "pipeline_parallel", "expert_weight_dtype_bytes", "attention_data_parallel")
 
 _DEFAULT_TRANSFER_LATENCY_S = 10e-6
 # Steps from which a repeat is priced in numpy arrays rather than a step at a time: below it
@@ -76,6 +76,11 @@ class RooflineCostModel:
     # Bytes per stored routed-expert weight where a checkpoint quantizes the experts apart
     # (gpt-oss: MXFP4, 4.25 bits); None: weight_dtype_bytes.
     expert_weight_dtype_bytes: float | None = None
+    # Attention data parallel over the tensor_parallel GPUs, with the routed experts spread over
+    # them (expert parallelism; "DEP"): each GPU runs a 1/tp share of the batch through attention
+    # and the non-expert layers with all their weights and every KV head, and each MoE layer
+    # sends its tokens to their experts' GPUs and back (an all-to-all each way).
+    attention_data_parallel: bool = False
     # --- Tunable parameters: plain numbers and names, so a YAML or calibration file can set them.
     # Fraction of peak FLOP/s achieved by GEMMs and attention (H200: 750/989 measured for an
     # 8192^3 bf16 GEMM; a serving step's smaller and thinner ones do less). 0.5 and the step
@@ -141,7 +146,13 @@ class RooflineCostModel:
         # at least bf16's 2 even under fp8/fp4 activations, which only the GEMM inputs are cast to.
         ab = (self.activation_stream_bytes if self.activation_stream_bytes is not None
               else max(ACTIVATION_DTYPE_BYTES[self.activation_dtype], 2))
-        kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
+        # What the non-expert weights and the KV heads split over: the tp GPUs under tensor
+        # parallelism; none under attention data parallelism, where each GPU holds them all for
+        # its 1/tp share of the batch (so KV bytes per batch position divide by tp instead).
+        dp = self.attention_data_parallel
+        shards, share = (1, tp) if dp else (tp, 1)
+        if not dp:
+            kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
         link_rate, link_latency = self._link()
         consts = {
             # Attention projections and the MLP (an MoE layer's router, top-k and shared experts);
@@ -151,20 +162,21 @@ class RooflineCostModel:
                                             * m.num_experts_per_tok * 3 * h * m.expert_intermediate_size) / tp,
             "_expert_flops_per_row": 2.0 * m.num_moe_layers * 3 * h * m.expert_intermediate_size / tp,
             "_lm_head_flops_per_select": 2.0 * embed / tp,
-            "_weight_bytes_no_head": m.params_read_per_step(0, with_lm_head=False) * wb / tp,
-            "_weight_bytes_with_head": m.params_read_per_step(0) * wb / tp,
+            "_weight_bytes_no_head": m.params_read_per_step(0, with_lm_head=False) * wb / shards,
+            "_weight_bytes_with_head": m.params_read_per_step(0) * wb / shards,
             # Activation traffic plus the embedding row gathered for each position.
             "_act_bytes_per_token": (self.activation_rw_per_layer * num_layers * h * ab + h * ab) / tp,
             # 4 q (c + q/2) = 2 q (2c + q): step_time sums the integer q (2c + q) exactly.
             # (MLA: the absorbed form's multiply-adds, ModelSpec.attention_macs_per_pair_per_layer.)
             "_attn_flops_per_work": float(m.attention_macs_per_pair_per_layer()) * num_layers / tp,
-            # MLA: one latent per position per layer, whole on every rank.
-            "_kv_bytes_per_pos": float(num_layers * m.kv_scalars_per_token_per_layer(tp) * self.kv_dtype_bytes),
+            # MLA: one latent per position per layer, whole on every tensor-parallel rank.
+            "_kv_bytes_per_pos": float(num_layers * m.kv_scalars_per_token_per_layer(shards) * self.kv_dtype_bytes)
+            / share,
             # Sliding-window layers (gpt-oss, Gemma, Mistral with a window) are priced apart, per layer.
             "_window": m.sliding_window if m.num_sliding_layers else None,
             "_num_sliding_layers": m.num_sliding_layers,
             "_attn_flops_per_work_per_layer": float(m.attention_macs_per_pair_per_layer()) / tp,
-            "_kv_bytes_per_pos_per_layer": float(m.kv_scalars_per_token_per_layer(tp) * self.kv_dtype_bytes),
+            "_kv_bytes_per_pos_per_layer": float(m.kv_scalars_per_token_per_layer(shards) * self.kv_dtype_bytes) / share,
             "_compute_rate": self.hardware.peak_flops * self.mfu,
             # GEMMs at their activation dtype's peak (the same float as _compute_rate for bf16).
             "_gemm_compute_rate": self.hardware.compute_peak(self.activation_dtype)[1] * self.mfu,
@@ -177,7 +189,14 @@ class RooflineCostModel:
             "_expert_bytes": wb if self.expert_weight_dtype_bytes is None else self.expert_weight_dtype_bytes,
         }
         bandwidth, hop_latency = self._collective_link()
-        if tp > 1:
+        if dp and tp > 1:
+            # No all-reduce: each MoE layer sends each of a GPU's T/tp tokens to its k experts'
+            # GPUs and the results back, (tp-1)/tp of them to another GPU (uniform routing),
+            # all GPUs at once: an all-to-all each way, a base latency and one hop each.
+            moe_layers = m.num_moe_layers
+            consts["_comm_per_token"] = 2 * moe_layers * m.num_experts_per_tok * h * ab * (tp - 1) / tp / tp / bandwidth
+            consts["_comm_fixed"] = 2 * moe_layers * (self.collective_base_latency_us * 1e-6 + hop_latency)
+        elif tp > 1:
             # Ring all-reduce of T h a bytes: 2(tp-1) steps, each a hop latency and 1/tp of the
             # payload each way (NCCL's ring; Patarasuk & Yuan 2009).
             num_allreduce = self.allreduce_per_layer * num_layers
@@ -342,6 +361,10 @@ class RooflineCostModel:
         _check_int("allreduce_per_layer", self.allreduce_per_layer, minimum=0)
         _check_int("tensor_parallel", self.tensor_parallel, minimum=1)
         _check_int("pipeline_parallel", self.pipeline_parallel, minimum=1)
+        if not isinstance(self.attention_data_parallel, bool):
+            raise ValueError(f"attention_data_parallel: expected true or false, found {self.attention_data_parallel!r}")
+        if self.attention_data_parallel and self.pipeline_parallel > 1:
+            raise ValueError("attention_data_parallel: not modelled with pipeline_parallel above 1")
         if self.model.num_layers % self.pipeline_parallel:
             raise ValueError(f"pipeline_parallel: expected a divisor of the model's {self.model.num_layers} layers "
                              f"(stages of equal depth), found {self.pipeline_parallel}")
@@ -464,7 +487,8 @@ def make_roofline(params: dict, ctx: CostContext) -> RooflineCostModel:
             model=ctx.model, hardware=hardware, weight_dtype_bytes=ctx.weight_dtype_bytes,
             kv_dtype_bytes=ctx.kv_dtype_bytes, tensor_parallel=ctx.tensor_parallel,
             expert_weight_dtype_bytes=ctx.expert_weight_dtype_bytes,
-            activation_dtype=ctx.activation_dtype, pipeline_parallel=ctx.pipeline_parallel, **params,
+            activation_dtype=ctx.activation_dtype, pipeline_parallel=ctx.pipeline_parallel,
+            attention_data_parallel=ctx.attention_data_parallel, **params,
         )
     except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc), source=source, where="cost_model") from None

@@ -142,6 +142,7 @@ def experiment_for(fig: dict, source: dict, *, max_requests: int, quick: bool, c
         "model": model,
         "hardware": fig["hardware"],
         "tensor_parallel": int(fig["tensor_parallel"]),
+        "attention_data_parallel": bool(fig.get("attention_data_parallel", False)),
         "weight_dtype": fig["weight_dtype"],
         "kv_cache": {"dtype": fig["kv_dtype"], "block_size": 16,
                      "gpu_memory_utilization": float(settings.get("gpu_memory_utilization", 0.9))},
@@ -172,10 +173,10 @@ def simulate(fig: dict, source: dict, *, max_requests: int, quick: bool, cost: d
     row = {"id": fig["id"], "role": fig["role"], "source": fig["source"], "setup": setup_text(fig),
            "metric": fig["metric"], "unit": METRICS[fig["metric"]][0], "published": published_value(fig)}
     if fig.get("parallelism"):
-        # Only tensor parallelism has a key in an experiment; attention data parallelism and expert
-        # parallelism (TensorRT-LLM's DEP columns) have none yet.
+        # A layout with no key in an experiment (tensor parallelism and attention data parallelism
+        # with expert parallelism have theirs).
         row["status"] = "not expressible"
-        row["reason"] = f"parallelism {fig['parallelism']}: the simulator has tensor parallelism only"
+        row["reason"] = f"parallelism {fig['parallelism']}: the simulator has no setting for it"
         return row
     exp_dict = experiment_for(fig, source, max_requests=max_requests, quick=quick, cost=cost)
     row["num_requests"] = exp_dict["workload"]["num_requests"]
@@ -205,7 +206,8 @@ def setup_text(fig: dict) -> str:
     dtype = fig["weight_dtype"] if fig["weight_dtype"] == fig["kv_dtype"] else f"{fig['weight_dtype']}/kv-{fig['kv_dtype']}"
     load_text = {"offline": "offline", "closed_loop": f"c={fig.get('concurrency')}",
                  "batch": f"batch={fig.get('concurrency')}"}[fig["scenario"]]
-    return (f"{model} {fig['hardware']} tp{fig['tensor_parallel']} {dtype} "
+    layout = "dep" if fig.get("attention_data_parallel") else "tp"
+    return (f"{model} {fig['hardware']} {layout}{fig['tensor_parallel']} {dtype} "
             f"{fig['input_len']}/{fig['output_len']} {load_text}")
 
 

@@ -390,6 +390,12 @@ class Experiment(Strict):
     pipeline_parallel: int = Field(1, ge=1, description=(
         "Pipeline stages the layers are split over (a divisor of the model's layers): weights and KV per GPU "
         "divide by it; a step runs through every stage in turn, one batch in flight (docs/cost-models.md)"))
+    attention_data_parallel: bool = Field(False, description=(
+        "Attention data parallel over the tensor_parallel GPUs with the routed experts spread over them "
+        "(expert parallelism: SGLang's --enable-dp-attention, TensorRT-LLM's attention DP with MoE EP, 'DEP'): "
+        "each GPU runs its share of the batch through attention and the non-expert layers with all their "
+        "weights and every KV head, and each MoE layer sends tokens to their experts' GPUs and back "
+        "(all-to-all); KV capacity is every GPU's own blocks (docs/cost-models.md)"))
     weight_dtype: str = Field("bf16", description=(
         "Weight scalar type: bytes per parameter for memory and roofline traffic (fp4 and int4: 0.5; "
         "nvfp4 and mxfp4 with their block scales: 4.5 and 4.25 bits)"))
@@ -464,6 +470,17 @@ class Experiment(Strict):
                 if policy.name == "static":
                     raise ValueError(f"policies[{index}]: static batching cannot continue a request prefilled "
                                      "elsewhere; a disaggregated cluster runs continuous, chunked_prefill or offload")
+        return self
+
+    @model_validator(mode="after")
+    def _attention_data_parallel_over_gpus(self) -> Experiment:
+        if self.attention_data_parallel:
+            if self.tensor_parallel < 2:
+                raise ValueError("attention_data_parallel: spreads attention over the tensor_parallel GPUs; "
+                                 f"expected tensor_parallel of 2 or more, found {self.tensor_parallel}")
+            if self.pipeline_parallel > 1:
+                raise ValueError("attention_data_parallel: not modelled with pipeline stages; expected "
+                                 f"pipeline_parallel 1, found {self.pipeline_parallel}")
         return self
 
     @model_validator(mode="after")

@@ -84,13 +84,15 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
         raise ConfigError("pipeline stages must split the layers evenly", source=source, where="pipeline_parallel",
                           expected=f"a divisor of {model.name}'s {model.num_layers} layers", found=stages)
     # A GPU holds its stage's layers: 1/pp of each block (bytes it stores and its host link moves).
-    bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel, source=source) // stages
+    bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel, source=source,
+                                  attention_data_parallel=exp.attention_data_parallel) // stages
     num_blocks = exp.kv_cache.num_blocks or num_gpu_blocks(
         model, hardware, block_size=exp.kv_cache.block_size, kv_dtype_bytes=kv_bytes,
         weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype],
         expert_weight_dtype_bytes=expert_weight_bytes(exp, model, source=source),
         gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
         tensor_parallel=exp.tensor_parallel, pipeline_parallel=stages, source=source,
+        attention_data_parallel=exp.attention_data_parallel,
     )
     host_bytes = exp.kv_cache.host_memory_gib * GIB
     if not math.isfinite(host_bytes):  # past the float range (and inf // n is nan)
@@ -132,7 +134,7 @@ def cost_context(exp: Experiment, kv: dict, source: str | Path | None) -> CostCo
         activation_dtype=exp.compute_dtype_on(kv["hardware"]),
         block_size=exp.kv_cache.block_size, num_blocks=kv["num_blocks"], num_host_blocks=kv["num_host_blocks"],
         tensor_parallel=exp.tensor_parallel, pipeline_parallel=exp.pipeline_parallel,
-        seed=exp.seed, source=Path(source) if source is not None else None,
+        attention_data_parallel=exp.attention_data_parallel, seed=exp.seed, source=Path(source) if source is not None else None,
     )
 
 

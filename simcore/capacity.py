@@ -35,25 +35,34 @@ def kv_heads_per_gpu(model: ModelSpec, tensor_parallel: int = 1, *, source: str 
 
 def block_bytes(
     model: ModelSpec, block_size: int, kv_dtype_bytes: int, tensor_parallel: int = 1, *,
-    source: str | Path | None = None,
+    source: str | Path | None = None, attention_data_parallel: bool = False,
 ) -> int:
     """Bytes of one KV block on one GPU: eq. 21.3 per position, times block_size positions.
 
-    Per GPU because that is what each GPU stores and what each GPU's own host link moves.
+    Per GPU because that is what each GPU stores and what each GPU's own host link moves. Under
+    attention data parallelism a block is one GPU's, with every head (its requests are its own).
     """
     if block_size < 1:
         raise ConfigError("invalid block_size", source=_text(source), where="block_size",
                           expected="a positive integer", found=block_size)
-    kv_heads_per_gpu(model, tensor_parallel, source=source)  # checks the split
+    heads_split = 1 if attention_data_parallel else tensor_parallel
+    kv_heads_per_gpu(model, heads_split, source=source)  # checks the split
     # 2 x heads x d_head per layer, or MLA's latent (kept whole on every rank): ModelSpec's arithmetic.
-    return model.num_layers * model.kv_scalars_per_token_per_layer(tensor_parallel) * kv_dtype_bytes * block_size
+    return model.num_layers * model.kv_scalars_per_token_per_layer(heads_split) * kv_dtype_bytes * block_size
 
 
 def weight_bytes_per_gpu(model: ModelSpec, weight_dtype_bytes: float, tensor_parallel: int = 1,
-                         expert_weight_dtype_bytes: float | None = None) -> float:
+                         expert_weight_dtype_bytes: float | None = None, *,
+                         attention_data_parallel: bool = False) -> float:
     """Parameters x bytes (routed experts at their own bytes where given: ModelSpec.weight_bytes),
-    split evenly over the tensor-parallel ranks (norms are tiny)."""
-    return model.weight_bytes(weight_dtype_bytes, expert_weight_dtype_bytes) / tensor_parallel
+    split evenly over the tensor-parallel ranks (norms are tiny); under attention data
+    parallelism only the routed experts split (each GPU holds every other weight)."""
+    total = model.weight_bytes(weight_dtype_bytes, expert_weight_dtype_bytes)
+    if not attention_data_parallel:
+        return total / tensor_parallel
+    experts = model.routed_expert_params * (weight_dtype_bytes if expert_weight_dtype_bytes is None
+                                            else expert_weight_dtype_bytes)
+    return total - experts + experts / tensor_parallel
 
 
 def num_gpu_blocks(
@@ -69,19 +78,22 @@ def num_gpu_blocks(
     source: str | Path | None = None,
     pipeline_parallel: int = 1,
     expert_weight_dtype_bytes: float | None = None,
+    attention_data_parallel: bool = False,
 ) -> int:
     """floor((memory x utilisation - weights/tp/pp - reserve) / block bytes per GPU), where a
     pipeline stage holds 1/pp of the layers: of the weights and of every block (pp divides the
-    layers; simcore.capacity.block_bytes is a whole tensor-parallel rank's block)."""
+    layers; simcore.capacity.block_bytes is a whole tensor-parallel rank's block). Under attention
+    data parallelism each of the tp GPUs holds its own blocks, whole: tp times as many."""
     where_src = _text(source)
     if not 0 < gpu_memory_utilization <= 1:
         raise ConfigError("invalid gpu_memory_utilization", source=where_src, where="gpu_memory_utilization",
                           expected="a fraction in (0, 1]", found=gpu_memory_utilization)
     usable = hardware.memory_bytes * gpu_memory_utilization
-    weights = weight_bytes_per_gpu(model, weight_dtype_bytes, tensor_parallel,
-                                   expert_weight_dtype_bytes) / pipeline_parallel
+    weights = weight_bytes_per_gpu(model, weight_dtype_bytes, tensor_parallel, expert_weight_dtype_bytes,
+                                   attention_data_parallel=attention_data_parallel) / pipeline_parallel
     free = usable - weights - activation_reserve_bytes
-    per_block = block_bytes(model, block_size, kv_dtype_bytes, tensor_parallel, source=source) // pipeline_parallel
+    per_block = block_bytes(model, block_size, kv_dtype_bytes, tensor_parallel, source=source,
+                            attention_data_parallel=attention_data_parallel) // pipeline_parallel
     if free < per_block:
         raise ConfigError(
             f"{model.name} does not leave room for one KV block on {hardware.name}: usable memory "
@@ -90,7 +102,7 @@ def num_gpu_blocks(
             f"leaves {_gb(free)}, less than one block of {per_block} bytes",
             source=where_src, where="hardware",
         )
-    return math.floor(free / per_block)
+    return math.floor(free / per_block) * (tensor_parallel if attention_data_parallel else 1)
 
 
 def _gb(num_bytes: float) -> str:
