@@ -44,10 +44,13 @@ from simcore.capacity import kv_heads_per_gpu
 from simcore.errors import ConfigError
 from simcore.model import ModelSpec
 from simcore.plan import Repeat, StepPlan
-from simcore.precision import ACTIVATION_DTYPE_BYTES
+from simcore.precision import ACTIVATION_DTYPE_BYTES, PEAK_DTYPES, PEAK_EFFICIENCY
 from simcore.presets import GB, HardwareSpec, get_link
 
 TRANSFER_MODES = ("serial", "overlap")
+ATTENTION_KV_READS = ("per_kv_head", "per_query_head")
+# Grouped MoE GEMMs that dequantize their weights, against dense GEMMs (see moe_gemm_efficiency).
+DEQUANTIZED_MOE_GEMM_EFFICIENCY = 0.49
 
 # Fields taken from the run (CostContext), not from the user's cost_model parameters.
 CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel", "activation_dtype",
@@ -82,10 +85,14 @@ class RooflineCostModel:
     # sends its tokens to their experts' GPUs and back (an all-to-all each way).
     attention_data_parallel: bool = False
     # --- Tunable parameters: plain numbers and names, so a YAML or calibration file can set them.
-    # Fraction of peak FLOP/s achieved by GEMMs and attention (H200: 750/989 measured for an
-    # 8192^3 bf16 GEMM; a serving step's smaller and thinner ones do less). 0.5 and the step
-    # overhead below are fitted to the `fit` figures of benchmarks/published (before: 0.6, 5e-4).
-    mfu: float = 0.5
+    # Fraction of the bf16 peak achieved by bf16 GEMMs and attention (H200: 750/989 measured for
+    # an 8192^3 bf16 GEMM; a serving step's smaller and thinner ones do less). 0.65 and the step
+    # overhead below are fitted to the `fit` figures of benchmarks/published (before: 0.5 with
+    # every peak at the same share, and before that 0.6 and 5e-4).
+    mfu: float = 0.65
+    # Of that share, what a GEMM on a narrower peak reaches (peak name -> factor: fp8 0.75, fp4 0.56
+    # by default, simcore.precision.PEAK_EFFICIENCY); {fp8: 1, int8: 1, fp4: 1} gives every peak mfu.
+    peak_efficiency: dict[str, float] | None = None
     # Fraction of memory bandwidth achieved by weight and KV streaming.
     mbu: float = 0.8
     # Fixed cost of every forward pass: scheduling, input preparation, launches or graph replay.
@@ -114,6 +121,27 @@ class RooflineCostModel:
     # next power of two of 2t within [16, 64] for t <= 64, of t within [16, 128] above); a number
     # fixes it; 1 prices the experts' rows unpadded, as before.
     moe_tile_rows: int | None = None
+    # How decode attention reads the KV cache: each KV head once for the query heads that share
+    # it ("per_kv_head": FlashAttention, FlashInfer, TensorRT-LLM's XQA), or once per query head
+    # ("per_query_head": a multi-head kernel run on a grouped-query model, as TensorRT-LLM's
+    # masked MHA before XQA, which its XQA blog says came in v0.8 with up to 2.4x Llama-70B
+    # throughput): KV bytes times the query heads per KV head. MLA's latent is read once.
+    attention_kv_reads: str = "per_kv_head"
+    # The routed experts' grouped GEMMs run apart from the rest, bound by their own FLOPs or weight
+    # reads, at this fraction of the dense GEMMs' compute rate. None: 0.49 where the experts are
+    # dequantized inside the kernel (stored narrower than the compute dtype on a part without fp4
+    # tensor cores: gpt-oss's MXFP4 x bf16 on Hopper), else 1. 0.49: TensorRT-LLM's Triton MXFP4
+    # MoE on an H200 plateaus at 378-383 TFLOP/s against 747-798 for its dense bf16 GEMMs, both
+    # measured by NVIDIA's aiconfigurator (ai-dynamo/aiconfigurator at 095f58a5,
+    # systems/data/h200_sxm/{moe,gemm}/trtllm/1.3.0rc20); Triton's own note is 37-49% of peak
+    # (triton-lang/triton PR 6833).
+    moe_gemm_efficiency: float | None = None
+    # Fixed time of each MoE layer a step runs (routing, top-k, token permute and unpermute, the
+    # grouped GEMMs' launches), microseconds: an MoE layer's time at one token less its weight
+    # reads, measured 68 and 65 (H200, Triton MXFP4, gpt-oss-120b/20b shapes), 53 and 17 (B200,
+    # CUTLASS and trtllm-gen NVFP4, Qwen3-30B-A3B shape; all aiconfigurator, as above) and 26
+    # (H100, vLLM's fused_moe in bf16, gpt-oss-120b shape, vllm-project/vllm PR 39902): 50.
+    moe_layer_overhead_us: float = 50.0
     # All-reduces per layer under tensor parallelism (after attention and after the MLP).
     allreduce_per_layer: int = 2
     # The link collectives run over: a link preset name (`servesim hardware` lists them), or
@@ -154,6 +182,12 @@ class RooflineCostModel:
         if not dp:
             kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
         link_rate, link_latency = self._link()
+        # KV bytes a position costs per byte stored: the query heads per KV head on a GPU where
+        # a kernel reads KV once per query head.
+        expert_bytes = wb if self.expert_weight_dtype_bytes is None else self.expert_weight_dtype_bytes
+        reads = 1.0
+        if self.attention_kv_reads == "per_query_head" and not m.is_mla:
+            reads = (m.num_q_heads / shards) / max(1, m.num_kv_heads // shards)
         consts = {
             # Attention projections and the MLP (an MoE layer's router, top-k and shared experts);
             # biases are too small to count.
@@ -171,22 +205,26 @@ class RooflineCostModel:
             "_attn_flops_per_work": float(m.attention_macs_per_pair_per_layer()) * num_layers / tp,
             # MLA: one latent per position per layer, whole on every tensor-parallel rank.
             "_kv_bytes_per_pos": float(num_layers * m.kv_scalars_per_token_per_layer(shards) * self.kv_dtype_bytes)
-            / share,
+            * reads / share,
             # Sliding-window layers (gpt-oss, Gemma, Mistral with a window) are priced apart, per layer.
             "_window": m.sliding_window if m.num_sliding_layers else None,
             "_num_sliding_layers": m.num_sliding_layers,
             "_attn_flops_per_work_per_layer": float(m.attention_macs_per_pair_per_layer()) / tp,
-            "_kv_bytes_per_pos_per_layer": float(m.kv_scalars_per_token_per_layer(shards) * self.kv_dtype_bytes) / share,
+            "_kv_bytes_per_pos_per_layer": float(m.kv_scalars_per_token_per_layer(shards) * self.kv_dtype_bytes)
+            * reads / share,
             "_compute_rate": self.hardware.peak_flops * self.mfu,
             # GEMMs at their activation dtype's peak (the same float as _compute_rate for bf16).
-            "_gemm_compute_rate": self.hardware.compute_peak(self.activation_dtype)[1] * self.mfu,
+            "_gemm_compute_rate": self._gemm_rate(),
             "_mem_rate": self.hardware.mem_bandwidth * self.mbu,
             "_comm_per_token": 0.0,
             "_comm_fixed": 0.0,
             "_link_rate": link_rate,
             "_link_latency": link_latency,
             "_overlap": self.transfer_mode == "overlap",
-            "_expert_bytes": wb if self.expert_weight_dtype_bytes is None else self.expert_weight_dtype_bytes,
+            "_expert_bytes": expert_bytes,
+            "_expert_compute_rate": self._gemm_rate() * self._moe_gemm_efficiency(expert_bytes),
+            # (Every layer runs in turn, pipeline stages too: a step is the whole model's work.)
+            "_moe_fixed": m.num_moe_layers * self.moe_layer_overhead_us * 1e-6,
         }
         bandwidth, hop_latency = self._collective_link()
         if dp and tp > 1:
@@ -283,20 +321,37 @@ class RooflineCostModel:
         group's later steps (`group_step` > 0) pay no overhead: no scheduler pass plans them and
         their outputs are processed once, when the group ends (vLLM 0.6's multi-step)."""
         weight_bytes = self._weight_bytes_with_head if num_selecting else self._weight_bytes_no_head
-        if self.model.is_moe:
-            # Each layer reads the distinct experts its num_tokens positions route to, in
-            # expectation (ModelSpec.expert_params_read). A repeat's steps share num_tokens, so
-            # step_time and repeat_times get the same float.
-            weight_bytes += self.model.expert_params_read(num_tokens) * self._expert_bytes / self.tensor_parallel
         dense_flops = num_tokens * self._gemm_flops_per_token + num_selecting * self._lm_head_flops_per_select
-        if self.model.is_moe:
-            rows = self.model.expected_expert_rows(num_tokens, self.expert_tile_rows(num_tokens))
-            dense_flops += rows * self._expert_flops_per_row
         dense_bytes = weight_bytes + num_tokens * self._act_bytes_per_token
         dense = max(dense_flops / self._gemm_compute_rate, dense_bytes / self._mem_rate)
+        if self.model.is_moe:
+            # The routed experts' grouped GEMMs, kernels of their own: each layer reads the
+            # distinct experts its num_tokens positions route to, in expectation
+            # (ModelSpec.expert_params_read), and computes their padded rows; plus each layer's
+            # fixed time. A repeat's steps share num_tokens, so step_time and repeat_times get
+            # the same float.
+            expert_bytes = self.model.expert_params_read(num_tokens) * self._expert_bytes / self.tensor_parallel
+            rows = self.model.expected_expert_rows(num_tokens, self.expert_tile_rows(num_tokens))
+            dense += max(rows * self._expert_flops_per_row / self._expert_compute_rate,
+                         expert_bytes / self._mem_rate) + self._moe_fixed
         comm = num_tokens * self._comm_per_token + self._comm_fixed
         overhead = 0.0 if group_step else self.step_overhead_s + num_seqs * self.per_seq_overhead_s
         return dense, comm, overhead
+
+    def _gemm_rate(self) -> float:
+        """FLOP/s of the GEMMs: the peak their activation dtype runs at, times mfu, times what
+        that peak's GEMMs reach against bf16's (peak_efficiency)."""
+        name, peak = self.hardware.compute_peak(self.activation_dtype)
+        efficiency = {**PEAK_EFFICIENCY, **(self.peak_efficiency or {})}
+        return peak * self.mfu * efficiency[name]
+
+    def _moe_gemm_efficiency(self, expert_bytes: float) -> float:
+        """moe_gemm_efficiency, or its default: 0.49 where the experts are dequantized inside
+        the kernel (narrower than the compute dtype on a part without an fp4 peak), else 1."""
+        if self.moe_gemm_efficiency is not None:
+            return self.moe_gemm_efficiency
+        dequantized = expert_bytes < ACTIVATION_DTYPE_BYTES[self.activation_dtype] and self.hardware.peak("fp4") is None
+        return DEQUANTIZED_MOE_GEMM_EFFICIENCY if dequantized else 1.0
 
     def expert_tile_rows(self, num_tokens: int) -> int:
         """The grouped GEMM's tile rows for a step of `num_tokens` positions: moe_tile_rows, or the
@@ -358,6 +413,17 @@ class RooflineCostModel:
             _check_number("activation_stream_bytes", self.activation_stream_bytes)
         if self.moe_tile_rows is not None:
             _check_int("moe_tile_rows", self.moe_tile_rows, minimum=1)
+        if self.moe_gemm_efficiency is not None:
+            _check_number("moe_gemm_efficiency", self.moe_gemm_efficiency, upper=1.0)
+        if self.peak_efficiency is not None:
+            if not isinstance(self.peak_efficiency, dict):
+                raise ValueError(f"peak_efficiency: expected a mapping of peak name to factor, found "
+                                 f"{self.peak_efficiency!r}")
+            for name, factor in self.peak_efficiency.items():
+                if name not in PEAK_DTYPES:
+                    raise ValueError(f"peak_efficiency: unknown peak {name!r}; expected one of {list(PEAK_DTYPES)}")
+                _check_number(f"peak_efficiency.{name}", factor, upper=1.0)
+        _check_number("moe_layer_overhead_us", self.moe_layer_overhead_us, allow_zero=True)
         _check_int("allreduce_per_layer", self.allreduce_per_layer, minimum=0)
         _check_int("tensor_parallel", self.tensor_parallel, minimum=1)
         _check_int("pipeline_parallel", self.pipeline_parallel, minimum=1)
@@ -390,6 +456,9 @@ class RooflineCostModel:
             _check_number("link_gbps", self.link_gbps)
         if self.transfer_latency_s is not None:
             _check_number("transfer_latency_s", self.transfer_latency_s, allow_zero=True)
+        if self.attention_kv_reads not in ATTENTION_KV_READS:
+            raise ValueError(f"attention_kv_reads: expected one of {list(ATTENTION_KV_READS)}, "
+                             f"found {self.attention_kv_reads!r}")
         if self.transfer_mode not in TRANSFER_MODES:
             raise ValueError(f"transfer_mode: expected one of {list(TRANSFER_MODES)}, found {self.transfer_mode!r}")
 

@@ -152,7 +152,8 @@ def experiment_for(fig: dict, source: dict, *, max_requests: int, quick: bool, c
             "prompt_len": {"kind": "fixed", "value": int(fig["input_len"])},
             "output_len": {"kind": "fixed", "value": int(fig["output_len"])},
         },
-        "cost_model": {"name": "roofline", **(cost or {})},
+        # The engine's kernels as the source states them (engine_settings.cost_model), then --cost.
+        "cost_model": {"name": "roofline", **(settings.get("cost_model") or {}), **(cost or {})},
         "policies": [policy],
         "output": {"plots": False},
     }

@@ -44,6 +44,14 @@ PEAK_OF_DTYPE: dict[str, str] = {
 }
 # A peak the part lacks -> the next wider one tried.
 WIDER_PEAK: dict[str, str] = {"fp4": "fp8", "fp8": "bf16", "int8": "bf16"}
+# The share of its peak a GEMM on each peak reaches, relative to the share a bf16 GEMM reaches of
+# the bf16 peak: narrower tensor cores are fed by the same memory system and finish their tiles
+# sooner, so they sit idle more. Medians over serving shapes (m 2048-8192, n and k 4096-16384)
+# measured with TensorRT-LLM 1.3.0rc20 by NVIDIA's aiconfigurator (ai-dynamo/aiconfigurator at
+# 095f58a5, aic-core/src/aiconfigurator_core/systems/data/{h200,b200}_sxm/gemm/trtllm/1.3.0rc20/
+# gemm_perf.parquet): H200 bf16 0.79 and fp8 0.60 of their peaks (0.76); B200 bf16 0.66, fp8 0.49
+# (0.74) and nvfp4 0.37 (0.56). int8 is taken as fp8 (no measurement).
+PEAK_EFFICIENCY: dict[str, float] = {"bf16": 1.0, "fp8": 0.75, "int8": 0.75, "fp4": 0.56}
 
 
 def default_activation_dtype(weight_dtype: str, fp4_peak: bool = False) -> str:
