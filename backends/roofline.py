@@ -6,26 +6,33 @@ laws for neural language models" (2020, table 1) for 2 FLOPs per parameter per t
 attention term; Shoeybi et al., "Megatron-LM" (2019) for two all-reduces per layer under tensor
 parallelism; the NCCL performance notes for the ring all-reduce factor 2(tp-1)/tp.
 
-One step processes T positions. Op groups, per GPU (everything divides by tp):
+One step processes T positions. Op groups, per GPU (everything divides by tp, but under
+attention data parallelism the non-expert weights, read whole by every GPU):
   dense:     FLOPs = 2 T (linear params of all layers) + 2 S V h    (S = seqs whose logits select)
              bytes = weights once per step (lm_head only when S > 0) + activation traffic
-             MoE: linear params are the active ones (router, top-k and shared experts), the
-             routed experts' FLOPs counted per row of their grouped GEMM, each expert's n tokens
-             padded to whole tiles of m rows: E m E[ceil(n / m)] rows, n ~ Binomial(T, k/E); of
-             the routed experts a step reads E (1 - (1 - k/E)^T) per layer (uniform routing), at
-             the experts' own bytes where the checkpoint stores them apart (gpt-oss: MXFP4)
+             MoE: linear params are the active ones (router, top-k and shared experts); the
+             routed experts are kernels of their own, max(FLOPs, bytes) apart, plus a fixed time
+             per MoE layer: their FLOPs counted per row of their grouped GEMM, each expert's n
+             tokens padded to whole tiles of m rows, E m E[ceil(n / m)] rows, n ~ Binomial(T, k/E),
+             at the GEMM rate (times 0.49 where the kernel widens their weights); of the routed
+             experts a step reads E (1 - (1 - k/E)^T) per layer (uniform routing), at the
+             experts' own bytes where the checkpoint stores them apart (gpt-oss: MXFP4)
   attention: FLOPs = 4 H_Q d L sum_i q_i (c_i + q_i / 2)          (causal: half the new square)
-             bytes = KV read sum_i c_i + KV written sum_i q_i, at kv bytes per position
+             bytes = KV read sum_i c_i + KV written sum_i q_i, at kv bytes per position (times
+             the query heads per KV head for a kernel that reads KV once per query head)
              MLA: per head and pair 2 kv_lora_rank + qk_rope (absorbed form), a latent per position
   comm:      per all-reduce (2 per layer), a ring over the collective link:
              base + 2(tp-1) hop latencies + 2(tp-1)/tp T h a / link bandwidth
              (a = activation stream bytes: the activation dtype's, never under bf16's 2, as
-             GEMMs write bf16); pipeline parallelism adds (pp-1) sends of T h a bytes
+             GEMMs write bf16); pipeline parallelism adds (pp-1) sends of T h a bytes; attention
+             data parallelism has none but an all-to-all each way per MoE layer
   GEMMs run at the tensor-core peak of the activation dtype (fp8 W8A8 at the fp8 peak; 4-bit
   weight-only at the bf16 peak), falling back to the next wider peak the part has
-  (simcore.precision); attention at the bf16 peak.
+  (simcore.precision), at mfu times what that peak's GEMMs reach against bf16's
+  (peak_efficiency); attention at the bf16 peak.
   overhead:  step_overhead_s + per_seq_overhead_s x seqs, added to the rest, or with
-             async_scheduling overlapping it: max(rest, overhead)
+             async_scheduling overlapping it: max(rest, overhead); none on a multi-step group's
+             later steps
 Host<->device swaps in the plan cost latency + blocks x block_bytes / link bandwidth per
 direction, added to the step (`serial`) or hidden under it (`overlap`).
 """
