@@ -56,8 +56,9 @@ from simcore.presets import GB, HardwareSpec, get_link
 
 TRANSFER_MODES = ("serial", "overlap")
 ATTENTION_KV_READS = ("per_kv_head", "per_query_head")
-# Grouped MoE GEMMs that dequantize their weights, against dense GEMMs (see moe_gemm_efficiency).
-DEQUANTIZED_MOE_GEMM_EFFICIENCY = 0.49
+# Grouped MoE GEMMs that widen their weights in the kernel, against the width rule (see
+# moe_gemm_efficiency): 0.49 measured over 0.85 given by the rule at gpt-oss's width.
+DEQUANTIZED_MOE_GEMM_EFFICIENCY = 0.57
 
 # Fields taken from the run (CostContext), not from the user's cost_model parameters.
 CONTEXT_FIELDS = ("model", "hardware", "weight_dtype_bytes", "kv_dtype_bytes", "tensor_parallel", "activation_dtype",
@@ -135,14 +136,21 @@ class RooflineCostModel:
     # throughput): KV bytes times the query heads per KV head. MLA's latent is read once.
     attention_kv_reads: str = "per_kv_head"
     # The routed experts' grouped GEMMs run apart from the rest, bound by their own FLOPs or weight
-    # reads, at this fraction of the dense GEMMs' compute rate. None: 0.49 where the experts are
-    # dequantized inside the kernel (stored narrower than the compute dtype on a part without fp4
-    # tensor cores: gpt-oss's MXFP4 x bf16 on Hopper), else 1. 0.49: TensorRT-LLM's Triton MXFP4
-    # MoE on an H200 plateaus at 378-383 TFLOP/s against 747-798 for its dense bf16 GEMMs, both
-    # measured by NVIDIA's aiconfigurator (ai-dynamo/aiconfigurator at 095f58a5,
-    # systems/data/h200_sxm/{moe,gemm}/trtllm/1.3.0rc20); Triton's own note is 37-49% of peak
-    # (triton-lang/triton PR 6833).
+    # reads, at this fraction of the dense GEMMs' compute rate. None: by the experts' width and
+    # dtype, I / (I + moe_half_rate_width x the compute peak over the bf16 peak) for experts of
+    # intermediate size I (each expert's tiles are small GEMMs with a fixed cost apiece, against
+    # compute that shrinks as the peak grows), times 0.57 where the experts are widened inside
+    # the kernel (stored narrower than the compute dtype on a part without fp4 tensor cores:
+    # gpt-oss's MXFP4 x bf16 on Hopper). Both from NVIDIA's aiconfigurator measurements of
+    # TensorRT-LLM 1.3.0rc20's MoE against its dense GEMMs at 8192+ tokens (ai-dynamo/aiconfigurator
+    # at 095f58a5, systems/data/{h200,b200}_sxm/{moe,gemm}/trtllm/1.3.0rc20, CUTLASS backend): the
+    # MoE rate over the dense one grows with I, from 0.50 (bf16) and 0.37 (fp8) on an H200 and
+    # 0.13 (nvfp4) on a B200 at I = 512 to 0.8-1 at 2048-14336 for bf16 and fp8 and 0.66 at 2048
+    # for nvfp4; Triton's MXFP4 x bf16 MoE on an H200 reaches 0.49 at gpt-oss's I = 2880, where
+    # the width rule gives 0.85 (Triton's own note: 37-49% of peak, triton-lang/triton PR 6833).
     moe_gemm_efficiency: float | None = None
+    # The expert width at which bf16 grouped GEMMs reach half the dense rate (see above).
+    moe_half_rate_width: float = 512.0
     # Fixed time of each MoE layer a step runs (routing, top-k, token permute and unpermute, the
     # grouped GEMMs' launches), microseconds: an MoE layer's time at one token less its weight
     # reads, measured 68 and 65 (H200, Triton MXFP4, gpt-oss-120b/20b shapes), 53 and 17 (B200,
@@ -353,12 +361,16 @@ class RooflineCostModel:
         return peak * self.mfu * efficiency[name]
 
     def _moe_gemm_efficiency(self, expert_bytes: float) -> float:
-        """moe_gemm_efficiency, or its default: 0.49 where the experts are dequantized inside
-        the kernel (narrower than the compute dtype on a part without an fp4 peak), else 1."""
+        """moe_gemm_efficiency, or its default: by the experts' width against the compute peak
+        (I / (I + moe_half_rate_width x peak / bf16 peak)), times 0.57 where the experts are
+        widened inside the kernel (narrower than the compute dtype on a part without an fp4 peak)."""
         if self.moe_gemm_efficiency is not None:
             return self.moe_gemm_efficiency
+        width = self.model.expert_intermediate_size
+        peak_ratio = self.hardware.compute_peak(self.activation_dtype)[1] / self.hardware.peak_flops
+        efficiency = width / (width + self.moe_half_rate_width * peak_ratio) if width else 1.0
         dequantized = expert_bytes < ACTIVATION_DTYPE_BYTES[self.activation_dtype] and self.hardware.peak("fp4") is None
-        return DEQUANTIZED_MOE_GEMM_EFFICIENCY if dequantized else 1.0
+        return efficiency * (DEQUANTIZED_MOE_GEMM_EFFICIENCY if dequantized else 1.0)
 
     def expert_tile_rows(self, num_tokens: int) -> int:
         """The grouped GEMM's tile rows for a step of `num_tokens` positions: moe_tile_rows, or the
@@ -422,6 +434,7 @@ class RooflineCostModel:
             _check_int("moe_tile_rows", self.moe_tile_rows, minimum=1)
         if self.moe_gemm_efficiency is not None:
             _check_number("moe_gemm_efficiency", self.moe_gemm_efficiency, upper=1.0)
+        _check_number("moe_half_rate_width", self.moe_half_rate_width, allow_zero=True)
         if self.peak_efficiency is not None:
             if not isinstance(self.peak_efficiency, dict):
                 raise ValueError(f"peak_efficiency: expected a mapping of peak name to factor, found "

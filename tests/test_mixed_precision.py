@@ -235,7 +235,8 @@ def test_padded_expert_rows_price_the_moe_gemms():
     # Mixtral, a 4096-token prefill on an ideal H200 (compute bound): t = 4096 x 2 / 8 = 1024
     # tokens per expert, tiles of 128 rows. The padded rows beyond T k each cost 2 L 3 h I FLOPs.
     model, hw = get_model("mixtral-8x7b"), get_hardware("h200")
-    kw = dict(mfu=1.0, mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0)
+    kw = dict(mfu=1.0, mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0,
+              moe_gemm_efficiency=1.0)
     padded, unpadded = RooflineCostModel(model, hw, **kw), RooflineCostModel(model, hw, moe_tile_rows=1, **kw)
     plan = StepPlan(0, (ScheduledSeq(0, 4096, 0, True, 4096),))
     assert padded.expert_tile_rows(4096) == 128
@@ -265,19 +266,28 @@ def test_narrower_peaks_reach_less_of_their_peak():
             RooflineCostModel(model, h100, peak_efficiency=bad)
 
 
-def test_dequantizing_moe_gemms_run_at_half_the_dense_rate():
-    # gpt-oss's MXFP4 experts with bf16 activations on Hopper are widened inside the kernel: 0.49
-    # of the dense GEMM rate; on a B200 (fp4 tensor cores, MXFP8 activations), and for bf16
-    # experts, the dense rate.
+def test_moe_gemms_by_width_dtype_and_widening():
+    # Grouped GEMMs reach I / (I + 512 x peak / bf16 peak) of the dense rate for experts of
+    # intermediate size I; 0.57 of that where the kernel widens the weights.
+    # gpt-oss-20b (I = 2880): MXFP4 x bf16 on an H200, widened: 2880 / 3392 x 0.57.
     model = get_model("gpt-oss-20b")
     h200 = RooflineCostModel(model, get_hardware("h200"), expert_weight_dtype_bytes=0.53125)
-    assert h200._expert_compute_rate == pytest.approx(h200._gemm_compute_rate * 0.49, rel=1e-15)
+    assert h200._expert_compute_rate == pytest.approx(h200._gemm_compute_rate * 2880 / 3392 * 0.57, rel=1e-12)
+    # On a B200 with fp8 activations (an fp4 peak: MXFP8 x MXFP4 natively), not widened; the fp8
+    # peak is twice bf16's, so half the rate is at 1024.
     b200 = RooflineCostModel(model, get_hardware("b200"), expert_weight_dtype_bytes=0.53125, activation_dtype="fp8")
-    assert b200._expert_compute_rate == b200._gemm_compute_rate
-    plain = RooflineCostModel(model, get_hardware("h200"))
-    assert plain._expert_compute_rate == plain._gemm_compute_rate
+    assert b200._expert_compute_rate == pytest.approx(b200._gemm_compute_rate * 2880 / (2880 + 1024), rel=1e-12)
+    # Qwen3-30B-A3B (I = 768) NVFP4 W4A4 on a B200: the fp4 peak is 4x bf16's: 768 / (768 + 2048).
+    qwen = RooflineCostModel(get_model("qwen3-30b-a3b"), get_hardware("b200"), weight_dtype_bytes=0.5625,
+                             activation_dtype="fp4")
+    assert qwen._expert_compute_rate == pytest.approx(qwen._gemm_compute_rate * 768 / 2816, rel=1e-12)
+    # Given, it replaces the rule; a width of 0 gives the dense rate.
     given = RooflineCostModel(model, get_hardware("h200"), expert_weight_dtype_bytes=0.53125, moe_gemm_efficiency=0.8)
     assert given._expert_compute_rate == pytest.approx(given._gemm_compute_rate * 0.8, rel=1e-15)
+    wide = RooflineCostModel(model, get_hardware("h200"), moe_half_rate_width=0.0)
+    assert wide._expert_compute_rate == wide._gemm_compute_rate
+    with pytest.raises(ValueError, match="moe_half_rate_width"):
+        RooflineCostModel(model, get_hardware("h200"), moe_half_rate_width=-1.0)
 
 
 def test_each_moe_layer_adds_its_fixed_time():
