@@ -250,15 +250,12 @@ class Scheduler:
         group ends (vLLM 0.6 frees it when it processes the group's outputs). The group goes on
         while steps are left and its decodes can all run (`_group_decoders`); else it ends now:
         the burst is delivered and the requests that finished leave (returned)."""
+        self._make_outputs(selecting, now)
         for request in selecting:
-            request.num_outputs += 1
-            if request.prefill_done_s is None:
-                request.prefill_done_s = now
             made = self._burst.get(request.request_id)
             self._burst[request.request_id] = (request, made[1] + 1 if made else 1)
             if request.num_outputs >= request.num_target_outputs:
-                self.running.remove(request)
-                self.num_resident_tokens -= request.num_processed
+                self._off_the_batch(request)
                 self._finishing.append(request)
         self._group_steps_left = self._steps_left_after(plan)
         if self._group_steps_left and self._group_decoders() is not None:
@@ -708,11 +705,16 @@ class Scheduler:
         """A pass that ended at `now` covered each request's last known token: one more output
         each, delivered `delivery_s` later. Returns the gaps since their last outputs (for the
         inter-token latencies), in order."""
+        self._make_outputs(requests, now)
+        return self._deliver(requests, now, repeat(1))
+
+    @staticmethod
+    def _make_outputs(requests: Sequence[Request], now: float) -> None:
+        """A pass that ended at `now` covered each request's last known token: one more output each."""
         for request in requests:
             request.num_outputs += 1
             if request.prefill_done_s is None:
                 request.prefill_done_s = now
-        return self._deliver(requests, now, repeat(1))
 
     def _deliver(self, requests: Sequence[Request], now: float, counts: Iterable[int]) -> list[float]:
         """Each request's newest `count` outputs (made by `now`) reach its client together,
@@ -732,10 +734,14 @@ class Scheduler:
 
     def finish(self, request: Request, at: float) -> None:
         """A request with all its outputs leaves the batch (delivered at `at`)."""
-        self.running.remove(request)
-        self.num_resident_tokens -= request.num_processed
+        self._off_the_batch(request)
         self._release_blocks(request)
         self._leave(request, Status.FINISHED, at, self.finished)
+
+    def _off_the_batch(self, request: Request) -> None:
+        """A running request stops running (its blocks are the caller's to see to)."""
+        self.running.remove(request)
+        self.num_resident_tokens -= request.num_processed
 
     def _leave(self, request: Request, status: Status, at: float, into: list[Request]) -> None:
         """`request` (off the batch and the queues, its blocks seen to) leaves the policy at
@@ -766,8 +772,7 @@ class Scheduler:
             self.waiting.remove(request)
             self.bm.free(request.request_id)  # (a no-op where it holds none)
         elif request.status is Status.RUNNING:
-            self.running.remove(request)
-            self.num_resident_tokens -= request.num_processed
+            self._off_the_batch(request)
             self._release_blocks(request)
         else:
             assert request.status is Status.SWAPPED and self.host is not None
