@@ -94,8 +94,10 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
     q = row_quantities(rows)
     m = model
     peak, bandwidth = m.hardware.peak_flops, m.hardware.mem_bandwidth
-    # GEMMs at their activation dtype's peak (fp8 W8A8 at the fp8 one), attention at bf16's.
-    gemm_peak = m.hardware.compute_peak(m.activation_dtype)[1]
+    # GEMMs at their activation dtype's peak (fp8 W8A8 at the fp8 one) as the roofline derates
+    # it (peak_efficiency), attention at bf16's. (Profiles come from the torch engine, which runs
+    # dense models only: the routed experts' kernels have no terms here.)
+    gemm_peak = m.gemm_peak()
     selecting = q["num_selecting"] > 0
     weight_bytes = np.where(selecting, m._weight_bytes_with_head, m._weight_bytes_no_head)
     dense_flops = q["num_tokens"] * m._gemm_flops_per_token + q["num_selecting"] * m._lm_head_flops_per_select

@@ -354,11 +354,15 @@ class RooflineCostModel:
         return dense, comm, overhead
 
     def _gemm_rate(self) -> float:
-        """FLOP/s of the GEMMs: the peak their activation dtype runs at, times mfu, times what
-        that peak's GEMMs reach against bf16's (peak_efficiency)."""
+        """FLOP/s of the GEMMs: gemm_peak times mfu."""
+        return self.gemm_peak() * self.mfu
+
+    def gemm_peak(self) -> float:
+        """The GEMMs' FLOP/s at mfu 1: the peak their activation dtype runs at, times what that
+        peak's GEMMs reach against bf16's (peak_efficiency). Calibration fits mfu against it."""
         name, peak = self.hardware.compute_peak(self.activation_dtype)
         efficiency = {**PEAK_EFFICIENCY, **(self.peak_efficiency or {})}
-        return peak * self.mfu * efficiency[name]
+        return peak * efficiency[name]
 
     def _moe_gemm_efficiency(self, expert_bytes: float) -> float:
         """moe_gemm_efficiency, or its default: by the experts' width against the compute peak

@@ -153,7 +153,8 @@ def test_fp8_gemms_run_at_the_fp8_peak_and_fall_back_where_there_is_none():
     fp8 = _ideal(get_model("llama-3.1-8b"), h100, weight_dtype_bytes=1, activation_dtype="fp8", mfu=0.5)
     bf16 = _ideal(get_model("llama-3.1-8b"), h100, mfu=0.5)
     # fp8 GEMMs reach 0.75 of the share bf16 GEMMs reach (simcore.precision.PEAK_EFFICIENCY).
-    assert fp8._gemm_compute_rate == 1979e12 * 0.5 * 0.75 and bf16._gemm_compute_rate == 989e12 * 0.5
+    assert fp8._gemm_compute_rate == pytest.approx(1979e12 * 0.5 * 0.75, rel=1e-15)
+    assert bf16._gemm_compute_rate == 989e12 * 0.5
     # A long prefill is compute bound: its dense part takes about half the bf16 time at fp8.
     prefill = StepPlan(step_id=0, seqs=(ScheduledSeq(0, 8192, 0, True, 8192),))
     ratio = fp8.breakdown(prefill)["dense_s"] / bf16.breakdown(prefill)["dense_s"]

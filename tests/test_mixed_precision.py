@@ -74,7 +74,8 @@ def test_four_bit_activations_follow_the_part():
 def test_an_nvfp4_checkpoint_runs_at_the_fp4_peak_only_where_there_is_one(hardware, peak):
     roofline = _roofline(hardware=hardware, weight_dtype="nvfp4")
     # (fp4 GEMMs reach 0.56 of the share of their peak that bf16 GEMMs reach: PEAK_EFFICIENCY.)
-    assert roofline._gemm_compute_rate == peak * roofline.mfu * (0.56 if hardware == "b200" else 1.0)
+    assert roofline._gemm_compute_rate == pytest.approx(peak * roofline.mfu * (0.56 if hardware == "b200" else 1.0),
+                                                        rel=1e-15)
     assert roofline.weight_dtype_bytes == 0.5625
     # activation_dtype given wins over the part's default.
     assert _roofline(hardware="b200", weight_dtype="nvfp4", activation_dtype="bf16")._gemm_compute_rate == \
@@ -257,8 +258,11 @@ def test_narrower_peaks_reach_less_of_their_peak():
     # (aiconfigurator's H200/B200 GEMM medians); peak_efficiency: 1 for each gives mfu on every peak.
     h100, b200 = get_hardware("h100-sxm"), get_hardware("b200")
     model = get_model("llama-3.1-8b")
-    assert RooflineCostModel(model, h100, mfu=0.6, activation_dtype="fp8")._gemm_compute_rate == 1979e12 * 0.6 * 0.75
-    assert RooflineCostModel(model, b200, mfu=0.6, activation_dtype="fp4")._gemm_compute_rate == 9000e12 * 0.6 * 0.56
+    fp8 = RooflineCostModel(model, h100, mfu=0.6, activation_dtype="fp8")
+    assert fp8._gemm_compute_rate == pytest.approx(1979e12 * 0.6 * 0.75, rel=1e-15)
+    assert fp8.gemm_peak() == pytest.approx(1979e12 * 0.75, rel=1e-15)  # what calibration fits mfu against
+    fp4 = RooflineCostModel(model, b200, mfu=0.6, activation_dtype="fp4")
+    assert fp4._gemm_compute_rate == pytest.approx(9000e12 * 0.6 * 0.56, rel=1e-15)
     flat = RooflineCostModel(model, b200, mfu=0.6, activation_dtype="fp4", peak_efficiency={"fp4": 1.0})
     assert flat._gemm_compute_rate == 9000e12 * 0.6
     for bad in ({"fp6": 1.0}, {"fp8": 1.5}, [0.5]):
