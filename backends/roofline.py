@@ -14,7 +14,8 @@ attention data parallelism the non-expert weights, read whole by every GPU):
              routed experts are kernels of their own, max(FLOPs, bytes) apart, plus a fixed time
              per MoE layer: their FLOPs counted per row of their grouped GEMM, each expert's n
              tokens padded to whole tiles of m rows, E m E[ceil(n / m)] rows, n ~ Binomial(T, k/E),
-             at the GEMM rate (times 0.49 where the kernel widens their weights); of the routed
+             at the GEMM rate times I / (I + 512 x peak / bf16 peak) for experts of width I
+             (times 0.57 more where the kernel widens their weights); of the routed
              experts a step reads E (1 - (1 - k/E)^T) per layer (uniform routing), at the
              experts' own bytes where the checkpoint stores them apart (gpt-oss: MXFP4)
   attention: FLOPs = 4 H_Q d L sum_i q_i (c_i + q_i / 2)          (causal: half the new square)
@@ -197,9 +198,10 @@ class RooflineCostModel:
         if not dp:
             kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
         link_rate, link_latency = self._link()
+        expert_bytes = wb if self.expert_weight_dtype_bytes is None else self.expert_weight_dtype_bytes
+        gemm_rate = self._gemm_rate()
         # KV bytes a position costs per byte stored: the query heads per KV head on a GPU where
         # a kernel reads KV once per query head.
-        expert_bytes = wb if self.expert_weight_dtype_bytes is None else self.expert_weight_dtype_bytes
         reads = 1.0
         if self.attention_kv_reads == "per_query_head" and not m.is_mla:
             reads = (m.num_q_heads / shards) / max(1, m.num_kv_heads // shards)
@@ -208,8 +210,8 @@ class RooflineCostModel:
             # biases are too small to count.
             # (The routed experts' multiply-adds are priced apart, per padded row: _expert_flops_per_row.)
             "_gemm_flops_per_token": 2.0 * (m.active_linear_params_per_token - m.num_moe_layers
-                                            * m.num_experts_per_tok * 3 * h * m.expert_intermediate_size) / tp,
-            "_expert_flops_per_row": 2.0 * m.num_moe_layers * 3 * h * m.expert_intermediate_size / tp,
+                                            * m.num_experts_per_tok * m.expert_linear_params) / tp,
+            "_expert_flops_per_row": 2.0 * m.num_moe_layers * m.expert_linear_params / tp,
             "_lm_head_flops_per_select": 2.0 * embed / tp,
             "_weight_bytes_no_head": m.params_read_per_step(0, with_lm_head=False) * wb / shards,
             "_weight_bytes_with_head": m.params_read_per_step(0) * wb / shards,
@@ -229,7 +231,7 @@ class RooflineCostModel:
             * reads / share,
             "_compute_rate": self.hardware.peak_flops * self.mfu,
             # GEMMs at their activation dtype's peak (the same float as _compute_rate for bf16).
-            "_gemm_compute_rate": self._gemm_rate(),
+            "_gemm_compute_rate": gemm_rate,
             "_mem_rate": self.hardware.mem_bandwidth * self.mbu,
             "_comm_per_token": 0.0,
             "_comm_fixed": 0.0,
@@ -237,7 +239,7 @@ class RooflineCostModel:
             "_link_latency": link_latency,
             "_overlap": self.transfer_mode == "overlap",
             "_expert_bytes": expert_bytes,
-            "_expert_compute_rate": self._gemm_rate() * self._moe_gemm_efficiency(expert_bytes),
+            "_expert_compute_rate": gemm_rate * self._moe_gemm_efficiency(expert_bytes),
             # (Every layer runs in turn, pipeline stages too: a step is the whole model's work.)
             "_moe_fixed": m.num_moe_layers * self.moe_layer_overhead_us * 1e-6,
         }

@@ -180,10 +180,15 @@ class ModelSpec:
         return self.moe_intermediate_size or self.intermediate_size
 
     @property
+    def expert_linear_params(self) -> int:
+        """One expert's gate, up and down matrices: the weights a position routed to it multiplies through."""
+        return 3 * self.hidden_size * self.expert_intermediate_size
+
+    @property
     def params_per_expert(self) -> int:
         """One expert's gate, up and down projections (and gpt-oss's biases on them)."""
-        h, width = self.hidden_size, self.expert_intermediate_size
-        return 3 * h * width + ((2 * width + h) if self.moe_bias else 0)
+        width = self.expert_intermediate_size
+        return self.expert_linear_params + ((2 * width + self.hidden_size) if self.moe_bias else 0)
 
     @property
     def num_moe_layers(self) -> int:
@@ -236,7 +241,7 @@ class ModelSpec:
         h = self.hidden_size
         dense_layers = self.num_layers - self.num_moe_layers
         experts_used = self.num_experts_per_tok + self.num_shared_experts
-        moe_layer = experts_used * 3 * h * self.expert_intermediate_size + h * self.num_experts
+        moe_layer = experts_used * self.expert_linear_params + h * self.num_experts
         return (self.num_layers * self.attention_linear_params_per_layer()
                 + dense_layers * 3 * h * self.intermediate_size + self.num_moe_layers * moe_layer)
 
