@@ -195,8 +195,7 @@ class RooflineCostModel:
         # its 1/tp share of the batch (so KV bytes per batch position divide by tp instead).
         dp = self.attention_data_parallel
         shards, share = (1, tp) if dp else (tp, 1)
-        if not dp:
-            kv_heads_per_gpu(m, tp)  # checks that the KV heads split over tp
+        kv_heads_per_gpu(m, shards)  # checks that the KV heads split over the GPUs they split over
         link_rate, link_latency = self._link()
         expert_bytes = wb if self.expert_weight_dtype_bytes is None else self.expert_weight_dtype_bytes
         gemm_rate = self._gemm_rate()
