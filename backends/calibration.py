@@ -66,13 +66,15 @@ class ShapeTerms:
     attn_compute: np.ndarray
     attn_memory: np.ndarray
     comm: np.ndarray
+    # The layers' kernel floors, which a step pays whatever mfu and mbu are (seconds).
+    kernel_floors: float = 0.0
 
     def predict(self, mfu: float, mbu: float, step_overhead_s: float, per_seq_overhead_s: float) -> np.ndarray:
         return self.core(mfu, mbu) + step_overhead_s + per_seq_overhead_s * self.num_seqs
 
     def core(self, mfu: float, mbu: float) -> np.ndarray:
         # The roofline's own order of additions: dense + attention + comm (+ overhead).
-        dense = np.maximum(self.dense_compute / mfu, self.dense_memory / mbu)
+        dense = np.maximum(self.dense_compute / mfu, self.dense_memory / mbu) + self.kernel_floors
         attention = np.maximum(self.attn_compute / mfu, self.attn_memory / mbu)
         return dense + attention + self.comm
 
@@ -111,6 +113,7 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
         attn_compute=q["attn_work"] * m._attn_flops_per_work / peak,
         attn_memory=q["kv_positions"] * m._kv_bytes_per_pos / bandwidth,
         comm=q["num_tokens"] * m._comm_per_token + m._comm_fixed,
+        kernel_floors=m._kernel_floors,
     )
 
 

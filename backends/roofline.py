@@ -18,12 +18,15 @@ attention data parallelism the non-expert weights, read whole by every GPU):
              (times 0.57 more where the kernel widens their weights); of the routed
              experts a step reads E (1 - (1 - k/E)^T) per layer (uniform routing), at the
              experts' own bytes where the checkpoint stores them apart (gpt-oss: MXFP4)
+             plus L x kernels_per_layer kernel floors (the hardware's kernel_floor_us), paid
+             whatever the batch and the parallelism
   attention: FLOPs = 4 H_Q d L sum_i q_i (c_i + q_i / 2)          (causal: half the new square)
              bytes = KV read sum_i c_i + KV written sum_i q_i, at kv bytes per position (times
              the query heads per KV head for a kernel that reads KV once per query head)
              MLA: per head and pair 2 kv_lora_rank + qk_rope (absorbed form), a latent per position
   comm:      per all-reduce (2 per layer), a ring over the collective link:
-             base + 2(tp-1) hop latencies + 2(tp-1)/tp T h a / link bandwidth
+             base + 2(tp-1) hop latencies + 2(tp-1)/tp T h a / the link's measured
+             all-reduce bus bandwidth
              (a = activation stream bytes: the activation dtype's, never under bf16's 2, as
              GEMMs write bf16); pipeline parallelism adds (pp-1) sends of T h a bytes; attention
              data parallelism has none but an all-to-all each way per MoE layer
@@ -95,17 +98,27 @@ class RooflineCostModel:
     attention_data_parallel: bool = False
     # --- Tunable parameters: plain numbers and names, so a YAML or calibration file can set them.
     # Fraction of the bf16 peak achieved by bf16 GEMMs and attention (H200: 750/989 measured for
-    # an 8192^3 bf16 GEMM; a serving step's smaller and thinner ones do less). 0.65 and the step
-    # overhead below are fitted to the `fit` figures of benchmarks/published (before: 0.5 with
-    # every peak at the same share, and before that 0.6 and 5e-4).
-    mfu: float = 0.65
+    # an 8192^3 bf16 GEMM; bf16 GEMMs of 2048-8192 rows reach 0.77-0.80 of an H100's, measured by
+    # aiconfigurator). 0.7 and the step overhead below are fitted to the `fit` figures of
+    # benchmarks/published once kernel floors and measured all-reduce bandwidths were in (before:
+    # 0.65 and 2.5 ms; 0.5 with every peak at the same share; before that 0.6 and 5e-4).
+    mfu: float = 0.7
     # Of that share, what a GEMM on a narrower peak reaches (peak name -> factor: fp8 0.75, fp4 0.56
     # by default, simcore.precision.PEAK_EFFICIENCY); {fp8: 1, int8: 1, fp4: 1} gives every peak mfu.
     peak_efficiency: dict[str, float] | None = None
     # Fraction of memory bandwidth achieved by weight and KV streaming.
     mbu: float = 0.8
     # Fixed cost of every forward pass: scheduling, input preparation, launches or graph replay.
-    step_overhead_s: float = 2.5e-3
+    step_overhead_s: float = 2e-3
+    # Kernels a layer runs, in units of the hardware's kernel_floor_us (a small GEMM's fixed
+    # time), each of which a step pays whatever its batch: a dense layer's 4 GEMMs (q/k/v,
+    # output, gate/up, down), attention at about twice a GEMM's floor (5.5-8 us measured for
+    # decode attention at batch 1 on an H100: aiconfigurator's TensorRT-LLM 1.3 and vLLM 0.19
+    # generation_attention), and norms, rotary and activation at about a third each: 7. The
+    # floors add to the layer's roofline time (GEMM time is the floor plus the larger of its
+    # FLOPs and bytes, across the measured sizes); every GPU pays all its layers' floors
+    # whatever the parallelism, which is why they weigh most on tensor-parallel steps.
+    kernels_per_layer: float = 7.0
     # Extra cost per scheduled sequence (block tables, sampling), seconds.
     per_seq_overhead_s: float = 0.0
     # The scheduler prepares each step while the device runs the one before (vLLM's
@@ -238,6 +251,7 @@ class RooflineCostModel:
             "_link_latency": link_latency,
             "_overlap": self.transfer_mode == "overlap",
             "_expert_bytes": expert_bytes,
+            "_kernel_floors": self.kernels_per_layer * num_layers * self.hardware.kernel_floor_s,
             "_expert_compute_rate": gemm_rate * self._moe_gemm_efficiency(expert_bytes),
             # (Every layer runs in turn, pipeline stages too: a step is the whole model's work.)
             "_moe_fixed": m.num_moe_layers * self.moe_layer_overhead_us * 1e-6,
@@ -339,7 +353,7 @@ class RooflineCostModel:
         weight_bytes = self._weight_bytes_with_head if num_selecting else self._weight_bytes_no_head
         dense_flops = num_tokens * self._gemm_flops_per_token + num_selecting * self._lm_head_flops_per_select
         dense_bytes = weight_bytes + num_tokens * self._act_bytes_per_token
-        dense = max(dense_flops / self._gemm_compute_rate, dense_bytes / self._mem_rate)
+        dense = max(dense_flops / self._gemm_compute_rate, dense_bytes / self._mem_rate) + self._kernel_floors
         if self.model.is_moe:
             # The routed experts' grouped GEMMs, kernels of their own: each layer reads the
             # distinct experts its num_tokens positions route to, in expectation
@@ -416,7 +430,7 @@ class RooflineCostModel:
         """(bytes/s one way, seconds per hop) of the link collectives run over."""
         if self.collective_link is not None:
             spec = get_link(self.collective_link, where="collective_link")
-            bandwidth, hop_latency = spec.bytes_per_s, spec.hop_latency
+            bandwidth, hop_latency = spec.allreduce_bandwidth, spec.hop_latency
         else:
             bandwidth, hop_latency = self.hardware.interconnect_bandwidth, self.hardware.interconnect_latency_s
         if self.collective_bandwidth_gb_s is not None:
@@ -430,6 +444,7 @@ class RooflineCostModel:
         _check_number("mbu", self.mbu, upper=1.0)
         _check_number("step_overhead_s", self.step_overhead_s, allow_zero=True)
         _check_number("per_seq_overhead_s", self.per_seq_overhead_s, allow_zero=True)
+        _check_number("kernels_per_layer", self.kernels_per_layer, allow_zero=True)
         if not isinstance(self.async_scheduling, bool):
             raise ValueError(f"async_scheduling: expected true or false, found {self.async_scheduling!r}")
         _check_number("activation_rw_per_layer", self.activation_rw_per_layer, allow_zero=True)

@@ -10,8 +10,10 @@ may be plain or `{value: N, source: "..."}` (the data file always gives the sour
     memory_mib: 81559             # as nvidia-smi reports it; or memory_gib / memory_gb (1e9)
     hbm_bandwidth_tb_s: 3.35      # 1e12 bytes/s
     peak_tflops: {bf16: 989, fp8: 1979, int8: 1979, fp4: ...}   # dense; bf16 required
-    interconnect: nvlink-4        # a link preset, or {bandwidth_gb_s, latency_us, hop_latency_us}
+    interconnect: nvlink-4        # a link preset, or {bandwidth_gb_s, latency_us, hop_latency_us,
+                                  #   allreduce_bandwidth_gb_s}
     host_link: pcie-gen5-pinned   # a link preset, for swaps
+    kernel_floor_us: 3.85         # optional: a kernel's fixed time (0 where not given)
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ GIB = 2**30
 DATA_FILE = Path(__file__).with_name("hardware.yaml")
 
 HARDWARE_KEYS = ("name", "base", "description", "memory_mib", "memory_gib", "memory_gb", "hbm_bandwidth_tb_s",
-                 "peak_tflops", "interconnect", "host_link")
+                 "peak_tflops", "interconnect", "host_link", "kernel_floor_us")
 MEMORY_KEYS = {"memory_mib": MIB, "memory_gib": GIB, "memory_gb": GB}
-LINK_KEYS = ("description", "bandwidth_gb_s", "latency_us", "hop_latency_us")
+LINK_KEYS = ("description", "bandwidth_gb_s", "latency_us", "hop_latency_us", "allreduce_bandwidth_gb_s")
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,18 @@ class LinkSpec:
     # One step of a ring collective (NCCL's per-hop latency); None: latency_s.
     hop_latency_s: float | None = None
     description: str = ""
+    # The bus bandwidth a ring all-reduce reaches over the link at a serving step's sizes (1-16
+    # MB), measured; None: bytes_per_s.
+    allreduce_bytes_per_s: float | None = None
 
     @property
     def hop_latency(self) -> float:
         return self.latency_s if self.hop_latency_s is None else self.hop_latency_s
+
+    @property
+    def allreduce_bandwidth(self) -> float:
+        """Bytes/s one way that a ring all-reduce's payload term divides by."""
+        return self.bytes_per_s if self.allreduce_bytes_per_s is None else self.allreduce_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,9 @@ class HardwareSpec:
     # The link preset the interconnect numbers come from (None: given as numbers).
     interconnect: str | None = None
     description: str = ""
+    # Fixed time of one kernel, seconds: what a small GEMM takes beyond its bytes at the
+    # bandwidth it streams them (the intercept of time against weight bytes).
+    kernel_floor_s: float = 0.0
 
     def peak(self, dtype: str) -> float | None:
         """The dense peak for one of PEAK_DTYPES, or None where the part has none."""
@@ -185,8 +198,10 @@ def link_from_mapping(entry: Any, *, name: str, source: str | None, where: str) 
     bandwidth = number(entry, "bandwidth_gb_s", source=source, where=where)
     latency = number(entry, "latency_us", source=source, where=where, allow_zero=True)
     hop = number(entry, "hop_latency_us", source=source, where=where, required=False, allow_zero=True)
+    allreduce = number(entry, "allreduce_bandwidth_gb_s", source=source, where=where, required=False)
     return LinkSpec(name, _scaled(bandwidth, 9), _scaled(latency, -6),  # type: ignore[arg-type]
-                    None if hop is None else _scaled(hop, -6), str(entry.get("description", "")))
+                    None if hop is None else _scaled(hop, -6), str(entry.get("description", "")),
+                    None if allreduce is None else _scaled(allreduce, 9))
 
 
 def _link_name(value: Any, links: dict[str, LinkSpec], *, source: str | None, where: str) -> LinkSpec:
@@ -248,10 +263,13 @@ def hardware_from_mapping(entry: Any, *, name: str | None = None, source: str | 
     host_link = entry.get("host_link", "pcie-gen4-pinned")
     _link_name(host_link, links, source=source, where=f"{where}.host_link")
     description = entry.get("description", "")
+    kernel_floor = number(entry, "kernel_floor_us", source=source, where=where, required=False, allow_zero=True)
     return HardwareSpec(
         name=name, peak_flops=_scaled(peaks["bf16"], 12), mem_bandwidth=_scaled(bandwidth, 12),  # type: ignore[arg-type]
-        memory_bytes=memory_bytes, interconnect_bandwidth=link.bytes_per_s, interconnect_latency_s=link.hop_latency,
+        memory_bytes=memory_bytes, interconnect_bandwidth=link.allreduce_bandwidth,
+        interconnect_latency_s=link.hop_latency,
         host_link=host_link,
         **{f"peak_flops_{d}": (None if peaks[d] is None else _scaled(peaks[d], 12)) for d in ("fp8", "int8", "fp4")},
         interconnect=link_name, description=str(description),
+        kernel_floor_s=0.0 if kernel_floor is None else _scaled(kernel_floor, -6),
     )

@@ -40,7 +40,7 @@ ISSUE_PRESETS = ("a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h20", "h200
 
 
 def _ideal(model=TINY, hardware=TOY, **kw) -> RooflineCostModel:  # noqa: ANN001
-    params = dict(mfu=1.0, mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0)
+    params = dict(mfu=1.0, mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0, kernels_per_layer=0.0)
     return RooflineCostModel(model, hardware, **{**params, **kw})
 
 
@@ -92,12 +92,42 @@ def test_memory_is_what_the_device_reports():
     assert get_hardware("a100-80gb").memory_bytes == 81920 * 2**20
 
 
-def test_the_old_presets_keep_their_peaks_bandwidths_and_interconnect_bandwidths():
+def test_the_old_presets_keep_their_peaks_bandwidths_and_links():
     old = {"a100-80gb": (312e12, 2.039e12, 300e9), "h100-sxm": (989e12, 3.35e12, 450e9),
            "h200": (989e12, 4.8e12, 450e9), "l4": (121e12, 0.3e12, 25e9), "cpu": (1e12, 50e9, 20e9)}
-    for name, numbers in old.items():
+    for name, (peak, bandwidth, link) in old.items():
         hw = get_hardware(name)
-        assert (hw.peak_flops, hw.mem_bandwidth, hw.interconnect_bandwidth) == numbers, name
+        assert (hw.peak_flops, hw.mem_bandwidth) == (peak, bandwidth), name
+        assert (LINKS[hw.interconnect].bytes_per_s if hw.interconnect else hw.interconnect_bandwidth) == link, name
+
+
+def test_all_reduce_runs_at_its_measured_bus_bandwidth_and_kernels_have_their_floor():
+    # The ring all-reduce's payload divides by the bus bandwidth measured at serving sizes, not
+    # the link's datasheet rate (copies between devices keep that); a link without a measurement
+    # (a user's, the CPU's) uses its rate.
+    measured = {"a100-80gb": 90e9, "h100-sxm": 150e9, "h200": 150e9, "b200": 240e9, "l40s": 10e9, "cpu": 20e9}
+    assert {name: get_hardware(name).interconnect_bandwidth for name in measured} == measured
+    assert LINKS["nvlink-4"].allreduce_bandwidth == 150e9 and LINKS["pcie-gen5"].allreduce_bandwidth == 50e9
+    floors = {"a100-80gb": 5.3e-6, "h100-sxm": 3.85e-6, "h200": 4.07e-6, "b200": 3.54e-6, "cpu": 0.0}
+    assert {name: get_hardware(name).kernel_floor_s for name in floors} == floors
+    assert get_hardware({"base": "h100-sxm", "kernel_floor_us": 2}).kernel_floor_s == 2e-6
+    given = {"name": "g", "memory_gb": 1, "hbm_bandwidth_tb_s": 1, "peak_tflops": {"bf16": 1},
+             "interconnect": {"bandwidth_gb_s": 100, "latency_us": 1, "allreduce_bandwidth_gb_s": 40}}
+    assert get_hardware(given).interconnect_bandwidth == 40e9 and get_hardware(given).kernel_floor_s == 0.0
+
+
+def test_every_step_pays_its_layers_kernel_floors():
+    # Llama-3.1-8B (32 layers) on an H100 (3.85 us a kernel): 7 kernels a layer add 7 x 32 x 3.85
+    # us = 862.4 us of device time to any step, at any tensor parallelism (every GPU runs every
+    # layer); 0 kernels a layer is the roofline before the floors.
+    m, hw = get_model("llama-3.1-8b"), get_hardware("h100-sxm")
+    decode = StepPlan(step_id=0, seqs=(ScheduledSeq(0, 1, 100, True, 100),))
+    for tp in (1, 2, 4):
+        with_floors = _ideal(m, hw, tensor_parallel=tp, kernels_per_layer=7).breakdown(decode)["dense_s"]
+        without = _ideal(m, hw, tensor_parallel=tp, kernels_per_layer=0).breakdown(decode)["dense_s"]
+        assert with_floors - without == pytest.approx(7 * 32 * 3.85e-6, rel=1e-9)
+    assert _ideal(m, hw, kernels_per_layer=3).breakdown(decode)["dense_s"] \
+        - _ideal(m, hw, kernels_per_layer=0).breakdown(decode)["dense_s"] == pytest.approx(3 * 32 * 3.85e-6, rel=1e-9)
 
 
 def test_the_link_presets_keep_their_numbers():
@@ -201,7 +231,7 @@ def test_ring_all_reduce_by_hand(tp):
 
 def test_collective_link_bandwidth_and_latency_are_settable():
     nvlink = _ideal(tensor_parallel=2, collective_link="nvlink-4").breakdown(MIXED)["comm_s"]
-    assert nvlink == pytest.approx(4 * (6.6e-6 + 2 * 0.6e-6 + 640 / 450e9))
+    assert nvlink == pytest.approx(4 * (6.6e-6 + 2 * 0.6e-6 + 640 / 150e9))
     given = _ideal(tensor_parallel=2, collective_bandwidth_gb_s=10, collective_latency_us=2,
                    collective_base_latency_us=7).breakdown(MIXED)["comm_s"]
     assert given == pytest.approx(4 * (7e-6 + 2 * 2e-6 + 640 / 10e9))
@@ -210,7 +240,8 @@ def test_collective_link_bandwidth_and_latency_are_settable():
 def test_old_fixed_latency_is_reproducible():
     # Before: each all-reduce cost 2(tp-1)/tp T h w / interconnect + 5 us on an H100.
     m, hw, tp = get_model("llama-3.1-8b"), get_hardware("h100-sxm"), 4
-    old = _ideal(m, hw, tensor_parallel=tp, collective_latency_us=0, collective_base_latency_us=5)
+    old = _ideal(m, hw, tensor_parallel=tp, collective_latency_us=0, collective_base_latency_us=5,
+                 collective_bandwidth_gb_s=450)
     expected = 2 * m.num_layers * (2 * (tp - 1) / tp * 5 * m.hidden_size * 2 / 450e9 + 5e-6)
     assert old.breakdown(MIXED)["comm_s"] == pytest.approx(expected, rel=1e-12)
 
@@ -254,6 +285,9 @@ GOOD = {"name": "x", "memory_mib": 1000, "hbm_bandwidth_tb_s": 1, "peak_tflops":
     ({"interconnect": "nvlink-9"}, "hardware.interconnect"),
     ({"interconnect": {"bandwidth_gb_s": -5, "latency_us": 1}}, "hardware.interconnect.bandwidth_gb_s"),
     ({"host_link": "usb"}, "hardware.host_link"),
+    ({"kernel_floor_us": -1}, "hardware.kernel_floor_us"),
+    ({"interconnect": {"bandwidth_gb_s": 5, "latency_us": 1, "allreduce_bandwidth_gb_s": 0}},
+     "hardware.interconnect.allreduce_bandwidth_gb_s"),
     ({"memory_gb": 80}, "hardware.memory_mib"),
     ({"memory_mib": float("inf")}, "hardware.memory_mib"),
     ({"name": None}, "hardware.name"),

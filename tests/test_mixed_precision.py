@@ -121,14 +121,15 @@ def test_decode_reads_the_routed_experts_at_their_bytes():
     # the embedding row gathered (2880 x 2 bytes).
     model, hw = get_model("gpt-oss-20b"), get_hardware("h200")
     roofline = RooflineCostModel(model, hw, weight_dtype_bytes=2, expert_weight_dtype_bytes=0.53125, mfu=1.0,
-                                 mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0)
+                                 mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0,
+                                 kernels_per_layer=0)
     plan = StepPlan(0, (ScheduledSeq(0, 1, 100, True, 100),))
     assert 24 * 4 * GPT_OSS_PARAMS_PER_EXPERT == 2_389_616_640
     expected = (model.params_read_per_step(0) * 2 + 1_269_483_840 + 2880 * 2) / 4.8e12
     assert roofline.breakdown(plan)["dense_s"] == pytest.approx(expected, rel=1e-12)
     # Left unset, the experts are priced at weight_dtype_bytes, as before.
     before = RooflineCostModel(model, hw, mfu=1.0, mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0,
-                               moe_layer_overhead_us=0.0)
+                               moe_layer_overhead_us=0.0, kernels_per_layer=0)
     assert before.breakdown(plan)["dense_s"] == pytest.approx((model.params_read_per_step(1) * 2 + 2880 * 2) / 4.8e12,
                                                              rel=1e-12)
 
@@ -236,7 +237,7 @@ def test_padded_expert_rows_price_the_moe_gemms():
     # Mixtral, a 4096-token prefill on an ideal H200 (compute bound): t = 4096 x 2 / 8 = 1024
     # tokens per expert, tiles of 128 rows. The padded rows beyond T k each cost 2 L 3 h I FLOPs.
     model, hw = get_model("mixtral-8x7b"), get_hardware("h200")
-    kw = dict(mfu=1.0, mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0,
+    kw = dict(mfu=1.0, mbu=1.0, step_overhead_s=0.0, activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0, kernels_per_layer=0,
               moe_gemm_efficiency=1.0)
     padded, unpadded = RooflineCostModel(model, hw, **kw), RooflineCostModel(model, hw, moe_tile_rows=1, **kw)
     plan = StepPlan(0, (ScheduledSeq(0, 4096, 0, True, 4096),))

@@ -211,7 +211,7 @@ def _decode(batch: int, context: int = 100) -> StepPlan:
 def test_moe_decode_reads_active_weights_at_batch_1_and_all_at_large_batch(name):
     model = get_model(name)
     roofline = RooflineCostModel(model, get_hardware("h200"), mfu=1.0, mbu=1.0, step_overhead_s=0.0,
-                                 activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0)
+                                 activation_rw_per_layer=0.0, moe_layer_overhead_us=0.0, kernels_per_layer=0)
     embed = model.vocab_size * model.hidden_size
     dense_weights = model.num_params - (0 if model.tie_word_embeddings else embed)  # less the gathered table
     active_weights = model.num_active_params - (0 if model.tie_word_embeddings else embed)

@@ -18,6 +18,8 @@ HARDWARE_COLUMNS = (
     ("INT8 (TOP/s)", "int8_tflops", "{:g}"),
     ("FP4 (TFLOP/s)", "fp4_tflops", "{:g}"),
     ("Interconnect", "interconnect", "{}"),
+    ("All-reduce (GB/s)", "interconnect_gb_s", "{:g}"),
+    ("Kernel floor (us)", "kernel_floor_us", "{:g}"),
     ("Host link", "host_link", "{}"),
 )
 LINK_COLUMNS = (
@@ -25,6 +27,7 @@ LINK_COLUMNS = (
     ("Bandwidth (GB/s, one way)", "bandwidth_gb_s", "{:g}"),
     ("Latency per copy (us)", "latency_us", "{:g}"),
     ("Latency per ring hop (us)", "hop_latency_us", "{:g}"),
+    ("All-reduce bus bandwidth (GB/s)", "allreduce_bandwidth_gb_s", "{:g}"),
 )
 
 
@@ -45,6 +48,7 @@ def hardware_rows() -> list[dict]:
             "interconnect": hw.interconnect or f"{hw.interconnect_bandwidth / 1e9:g} GB/s",
             "interconnect_gb_s": hw.interconnect_bandwidth / 1e9,
             "interconnect_hop_latency_us": hw.interconnect_latency_s * 1e6,
+            "kernel_floor_us": hw.kernel_floor_s * 1e6,
             "host_link": hw.host_link, "description": hw.description,
         })
     return rows
@@ -52,7 +56,8 @@ def hardware_rows() -> list[dict]:
 
 def link_rows() -> list[dict]:
     return [{"name": name, "bandwidth_gb_s": link.bytes_per_s / 1e9, "latency_us": link.latency_s * 1e6,
-             "hop_latency_us": link.hop_latency * 1e6, "description": link.description}
+             "hop_latency_us": link.hop_latency * 1e6, "allreduce_bandwidth_gb_s": link.allreduce_bandwidth / 1e9,
+             "description": link.description}
             for name, link in LINKS.items()]
 
 
