@@ -53,6 +53,7 @@ import numpy as np
 from backends.base import CostContext
 from simcore.capacity import kv_heads_per_gpu
 from simcore.errors import ConfigError
+from simcore.hardware import mesh_bandwidth
 from simcore.model import ModelSpec
 from simcore.plan import Repeat, StepPlan
 from simcore.precision import ACTIVATION_DTYPE_BYTES, PEAK_DTYPES, PEAK_EFFICIENCY
@@ -427,12 +428,15 @@ class RooflineCostModel:
         return float(rate), float(latency)
 
     def _collective_link(self) -> tuple[float, float]:
-        """(bytes/s one way, seconds per hop) of the link collectives run over."""
+        """(bytes/s one way, seconds per hop) of the link collectives run over: on a fully
+        connected mesh, at most the tensor_parallel - 1 links a GPU has to the others."""
         if self.collective_link is not None:
             spec = get_link(self.collective_link, where="collective_link")
-            bandwidth, hop_latency = spec.allreduce_bandwidth, spec.hop_latency
+            bandwidth, hop_latency = spec.collective_bandwidth(self.tensor_parallel), spec.hop_latency
         else:
-            bandwidth, hop_latency = self.hardware.interconnect_bandwidth, self.hardware.interconnect_latency_s
+            hw = self.hardware
+            bandwidth = mesh_bandwidth(hw.interconnect_bandwidth, hw.interconnect_peer_bandwidth, self.tensor_parallel)
+            hop_latency = hw.interconnect_latency_s
         if self.collective_bandwidth_gb_s is not None:
             bandwidth = self.collective_bandwidth_gb_s * GB
         if self.collective_latency_us is not None:

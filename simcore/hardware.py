@@ -11,7 +11,7 @@ may be plain or `{value: N, source: "..."}` (the data file always gives the sour
     hbm_bandwidth_tb_s: 3.35      # 1e12 bytes/s
     peak_tflops: {bf16: 989, fp8: 1979, int8: 1979, fp4: ...}   # dense; bf16 required
     interconnect: nvlink-4        # a link preset, or {bandwidth_gb_s, latency_us, hop_latency_us,
-                                  #   allreduce_bandwidth_gb_s}
+                                  #   allreduce_bandwidth_gb_s, peer_bandwidth_gb_s}
     host_link: pcie-gen5-pinned   # a link preset, for swaps
     kernel_floor_us: 3.85         # optional: a kernel's fixed time (0 where not given)
 """
@@ -38,7 +38,8 @@ DATA_FILE = Path(__file__).with_name("hardware.yaml")
 HARDWARE_KEYS = ("name", "base", "description", "memory_mib", "memory_gib", "memory_gb", "hbm_bandwidth_tb_s",
                  "peak_tflops", "interconnect", "host_link", "kernel_floor_us")
 MEMORY_KEYS = {"memory_mib": MIB, "memory_gib": GIB, "memory_gb": GB}
-LINK_KEYS = ("description", "bandwidth_gb_s", "latency_us", "hop_latency_us", "allreduce_bandwidth_gb_s")
+LINK_KEYS = ("description", "bandwidth_gb_s", "latency_us", "hop_latency_us", "allreduce_bandwidth_gb_s",
+             "peer_bandwidth_gb_s")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class LinkSpec:
     # The bus bandwidth a ring all-reduce reaches over the link at a serving step's sizes (1-16
     # MB), measured; None: bytes_per_s.
     allreduce_bytes_per_s: float | None = None
+    # A fully connected mesh's usable bytes/s to each peer (no switch: a collective over n GPUs
+    # has n - 1 links a GPU); None: a switched link, the same for any n.
+    peer_bytes_per_s: float | None = None
 
     @property
     def hop_latency(self) -> float:
@@ -64,6 +68,18 @@ class LinkSpec:
     def allreduce_bandwidth(self) -> float:
         """Bytes/s one way that a ring all-reduce's payload term divides by."""
         return self.bytes_per_s if self.allreduce_bytes_per_s is None else self.allreduce_bytes_per_s
+
+    def collective_bandwidth(self, num_gpus: int) -> float:
+        """Bytes/s one way a collective over `num_gpus` GPUs reaches: the all-reduce bandwidth,
+        and on a mesh at most its links to the other num_gpus - 1."""
+        return mesh_bandwidth(self.allreduce_bandwidth, self.peer_bytes_per_s, num_gpus)
+
+
+def mesh_bandwidth(bandwidth: float, peer_bytes_per_s: float | None, num_gpus: int) -> float:
+    """`bandwidth`, capped on a fully connected mesh at num_gpus - 1 links of peer_bytes_per_s."""
+    if peer_bytes_per_s is None:
+        return bandwidth
+    return min(bandwidth, max(num_gpus - 1, 1) * peer_bytes_per_s)
 
 
 @dataclass(frozen=True)
@@ -93,6 +109,8 @@ class HardwareSpec:
     # Fixed time of one kernel, seconds: what a small GEMM takes beyond its bytes at the
     # bandwidth it streams them (the intercept of time against weight bytes).
     kernel_floor_s: float = 0.0
+    # The interconnect's usable bytes/s to each peer where it is a fully connected mesh (None: switched).
+    interconnect_peer_bandwidth: float | None = None
 
     def peak(self, dtype: str) -> float | None:
         """The dense peak for one of PEAK_DTYPES, or None where the part has none."""
@@ -199,9 +217,10 @@ def link_from_mapping(entry: Any, *, name: str, source: str | None, where: str) 
     latency = number(entry, "latency_us", source=source, where=where, allow_zero=True)
     hop = number(entry, "hop_latency_us", source=source, where=where, required=False, allow_zero=True)
     allreduce = number(entry, "allreduce_bandwidth_gb_s", source=source, where=where, required=False)
+    peer = number(entry, "peer_bandwidth_gb_s", source=source, where=where, required=False)
     return LinkSpec(name, _scaled(bandwidth, 9), _scaled(latency, -6),  # type: ignore[arg-type]
                     None if hop is None else _scaled(hop, -6), str(entry.get("description", "")),
-                    None if allreduce is None else _scaled(allreduce, 9))
+                    None if allreduce is None else _scaled(allreduce, 9), None if peer is None else _scaled(peer, 9))
 
 
 def _link_name(value: Any, links: dict[str, LinkSpec], *, source: str | None, where: str) -> LinkSpec:
@@ -272,4 +291,5 @@ def hardware_from_mapping(entry: Any, *, name: str | None = None, source: str | 
         **{f"peak_flops_{d}": (None if peaks[d] is None else _scaled(peaks[d], 12)) for d in ("fp8", "int8", "fp4")},
         interconnect=link_name, description=str(description),
         kernel_floor_s=0.0 if kernel_floor is None else _scaled(kernel_floor, -6),
+        interconnect_peer_bandwidth=link.peer_bytes_per_s,
     )

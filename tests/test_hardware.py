@@ -116,6 +116,21 @@ def test_all_reduce_runs_at_its_measured_bus_bandwidth_and_kernels_have_their_fl
     assert get_hardware(given).interconnect_bandwidth == 40e9 and get_hardware(given).kernel_floor_s == 0.0
 
 
+def test_a_mesh_all_reduces_over_the_links_to_its_peers():
+    # MI300X: one xGMI link to each of 7 peers, ~48 GB/s usable each (AMD's RCCL/xGMI blog), so
+    # an all-reduce over tp GPUs has tp - 1 of them, up to the link's 448 GB/s.
+    m, mi300x = get_model("llama-3.1-70b"), get_hardware("mi300x")
+    assert mi300x.interconnect_peer_bandwidth == 48e9
+    assert [_ideal(m, mi300x, tensor_parallel=tp)._collective_link()[0] for tp in (2, 4, 8)] == [48e9, 144e9, 336e9]
+    assert _ideal(m, get_hardware("h100-sxm"), tensor_parallel=2)._collective_link()[0] == 150e9  # switched
+    assert LINKS["infinity-fabric"].collective_bandwidth(8) == 336e9
+    assert _ideal(m, get_hardware("h100-sxm"), tensor_parallel=2,
+                  collective_link="infinity-fabric")._collective_link()[0] == 48e9
+    mesh = {"name": "m", "memory_gb": 1, "hbm_bandwidth_tb_s": 1, "peak_tflops": {"bf16": 1},
+            "interconnect": {"bandwidth_gb_s": 400, "latency_us": 1, "peer_bandwidth_gb_s": 100}}
+    assert _ideal(m, get_hardware(mesh), tensor_parallel=8)._collective_link()[0] == 400e9
+
+
 def test_every_step_pays_its_layers_kernel_floors():
     # Llama-3.1-8B (32 layers) on an H100 (3.85 us a kernel): 7 kernels a layer add 7 x 32 x 3.85
     # us = 862.4 us of device time to any step, at any tensor parallelism (every GPU runs every
@@ -286,6 +301,8 @@ GOOD = {"name": "x", "memory_mib": 1000, "hbm_bandwidth_tb_s": 1, "peak_tflops":
     ({"interconnect": {"bandwidth_gb_s": -5, "latency_us": 1}}, "hardware.interconnect.bandwidth_gb_s"),
     ({"host_link": "usb"}, "hardware.host_link"),
     ({"kernel_floor_us": -1}, "hardware.kernel_floor_us"),
+    ({"interconnect": {"bandwidth_gb_s": 5, "latency_us": 1, "peer_bandwidth_gb_s": -1}},
+     "hardware.interconnect.peer_bandwidth_gb_s"),
     ({"interconnect": {"bandwidth_gb_s": 5, "latency_us": 1, "allreduce_bandwidth_gb_s": 0}},
      "hardware.interconnect.allreduce_bandwidth_gb_s"),
     ({"memory_gb": 80}, "hardware.memory_mib"),

@@ -28,6 +28,7 @@ LINK_COLUMNS = (
     ("Latency per copy (us)", "latency_us", "{:g}"),
     ("Latency per ring hop (us)", "hop_latency_us", "{:g}"),
     ("All-reduce bus bandwidth (GB/s)", "allreduce_bandwidth_gb_s", "{:g}"),
+    ("Mesh, per peer (GB/s)", "peer_bandwidth_gb_s", "{:g}"),
 )
 
 
@@ -57,6 +58,7 @@ def hardware_rows() -> list[dict]:
 def link_rows() -> list[dict]:
     return [{"name": name, "bandwidth_gb_s": link.bytes_per_s / 1e9, "latency_us": link.latency_s * 1e6,
              "hop_latency_us": link.hop_latency * 1e6, "allreduce_bandwidth_gb_s": link.allreduce_bandwidth / 1e9,
+             "peer_bandwidth_gb_s": None if link.peer_bytes_per_s is None else link.peer_bytes_per_s / 1e9,
              "description": link.description}
             for name, link in LINKS.items()]
 
