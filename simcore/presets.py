@@ -10,6 +10,7 @@ as the device reports it (nvidia-smi's total: an H200 reports 143771 MiB, not 14
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from simcore.errors import ConfigError
@@ -43,6 +44,24 @@ def _gpt_oss(name: str, *, num_layers: int, num_experts: int) -> ModelSpec:
         # router, embeddings and lm_head (bf16): only the routed experts are MXFP4.
         expert_weight_dtype="mxfp4",
     )
+
+
+# deepseek-ai/DeepSeek-V3 config.json: MLA (kv_lora_rank 512, q_lora_rank 1536, per-head q.k
+# width 128 + 64, v 128), 256 routed experts of 2048 plus 1 shared, top-8, the first 3 layers
+# dense (first_k_dense_replace). The multi-token-prediction layer (num_nextn_predict_layers,
+# 14B more) is not counted: vLLM loads it only for speculative decoding. Context 163840
+# (yarn, 40 x 4096).
+_DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3", num_layers=61, hidden_size=7168, num_q_heads=128, num_kv_heads=128,
+    head_dim=192, intermediate_size=18432, vocab_size=129280, tie_word_embeddings=False,
+    rope_theta=10000.0, rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                                      "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                                      "type": "yarn"},
+    max_position_embeddings=163840, rms_norm_eps=1e-6,
+    num_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048, num_shared_experts=1,
+    dense_mlp_layers=(0, 1, 2), kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
+    qk_nope_head_dim=128, v_head_dim=128,
+)
 
 
 MODELS: dict[str, ModelSpec] = {
@@ -91,6 +110,26 @@ MODELS: dict[str, ModelSpec] = {
         rope_theta=500000.0, rope_scaling=dict(_LLAMA31_ROPE_SCALING), max_position_embeddings=131072,
         rms_norm_eps=1e-5,
     ),
+    # meta-llama/Llama-3.1-405B config.json (as NVIDIA aiconfigurator keeps it, model_configs/
+    # meta-llama--Meta-Llama-3.1-405B_config.json at 095f58a5). Context 131072, as Llama-3.1-8B.
+    "llama-3.1-405b": ModelSpec(
+        name="llama-3.1-405b", num_layers=126, hidden_size=16384, num_q_heads=128, num_kv_heads=8,
+        head_dim=128, intermediate_size=53248, vocab_size=128256, tie_word_embeddings=False,
+        rope_theta=500000.0, rope_scaling=dict(_LLAMA31_ROPE_SCALING), max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+    ),
+    # Qwen/Qwen3-8B and Qwen/Qwen3-32B config.json (aiconfigurator's copies, as above): explicit
+    # head_dim 128, q/k norms, no q/k/v bias. Context 40960.
+    "qwen3-8b": ModelSpec(
+        name="qwen3-8b", num_layers=36, hidden_size=4096, num_q_heads=32, num_kv_heads=8,
+        head_dim=128, intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6, qk_norm=True,
+    ),
+    "qwen3-32b": ModelSpec(
+        name="qwen3-32b", num_layers=64, hidden_size=5120, num_q_heads=64, num_kv_heads=8,
+        head_dim=128, intermediate_size=25600, vocab_size=151936, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6, qk_norm=True,
+    ),
     # --- Mixture-of-experts and latent-attention models: the roofline prices them; the real
     # engine (backends/torch) refuses them. Total/active parameters are checked against the
     # model cards in tests/test_moe_mla.py.
@@ -102,6 +141,22 @@ MODELS: dict[str, ModelSpec] = {
         rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-5,
         num_experts=8, num_experts_per_tok=2,
     ),
+    # mistralai/Mixtral-8x22B-v0.1 config.json (aiconfigurator's copy, as above): 8 experts of
+    # 16384, top-2; sliding_window null. Context 65536.
+    "mixtral-8x22b": ModelSpec(
+        name="mixtral-8x22b", num_layers=56, hidden_size=6144, num_q_heads=48, num_kv_heads=8,
+        head_dim=128, intermediate_size=16384, vocab_size=32000, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=65536, rms_norm_eps=1e-5,
+        num_experts=8, num_experts_per_tok=2,
+    ),
+    # Qwen/Qwen3-235B-A22B config.json (aiconfigurator's copy, as above): 128 experts of 1536,
+    # top-8, no shared expert, every layer sparse; q/k norms. Context 40960.
+    "qwen3-235b-a22b": ModelSpec(
+        name="qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_q_heads=64, num_kv_heads=4,
+        head_dim=128, intermediate_size=12288, vocab_size=151936, tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6, qk_norm=True,
+        num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536,
+    ),
     # Qwen/Qwen3-30B-A3B config.json: 128 experts of 768, top-8, no shared expert, every layer
     # sparse (decoder_sparse_step 1, mlp_only_layers []); q/k norms as Qwen3. Context 40960.
     "qwen3-30b-a3b": ModelSpec(
@@ -110,22 +165,11 @@ MODELS: dict[str, ModelSpec] = {
         rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6, qk_norm=True,
         num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768,
     ),
-    # deepseek-ai/DeepSeek-V3 config.json: MLA (kv_lora_rank 512, q_lora_rank 1536, per-head q.k
-    # width 128 + 64, v 128), 256 routed experts of 2048 plus 1 shared, top-8, the first 3 layers
-    # dense (first_k_dense_replace). The multi-token-prediction layer (num_nextn_predict_layers,
-    # 14B more) is not counted: vLLM loads it only for speculative decoding. Context 163840
-    # (yarn, 40 x 4096).
-    "deepseek-v3": ModelSpec(
-        name="deepseek-v3", num_layers=61, hidden_size=7168, num_q_heads=128, num_kv_heads=128,
-        head_dim=192, intermediate_size=18432, vocab_size=129280, tie_word_embeddings=False,
-        rope_theta=10000.0, rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
-                                          "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
-                                          "type": "yarn"},
-        max_position_embeddings=163840, rms_norm_eps=1e-6,
-        num_experts=256, num_experts_per_tok=8, moe_intermediate_size=2048, num_shared_experts=1,
-        dense_mlp_layers=(0, 1, 2), kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
-        qk_nope_head_dim=128, v_head_dim=128,
-    ),
+    # DeepSeek-V3 (above, with what its config.json gives).
+    "deepseek-v3": _DEEPSEEK_V3,
+    # deepseek-ai/DeepSeek-R1 config.json: DeepSeek-V3's architecture, every key the simulator
+    # reads the same (tests/test_moe_mla.py parses both).
+    "deepseek-r1": dataclasses.replace(_DEEPSEEK_V3, name="deepseek-r1", rope_scaling=dict(_DEEPSEEK_V3.rope_scaling)),
     # openai/gpt-oss-20b config.json: 32 experts, top-4, biases on the router and experts, q/k/v/o
     # biases, a sink logit per head; layer_types alternate sliding (128 positions, even layers)
     # and full attention. Context 131072 (yarn, 32 x 4096).

@@ -161,3 +161,84 @@ def test_tiny_llama_parameter_count_matches_transformers():
     with torch.device("meta"):
         hf_model = transformers.LlamaForCausalLM(config)
     assert sum(p.numel() for p in hf_model.parameters()) == m.num_params
+
+
+# Presets added for models served widely today, each from its config.json as NVIDIA's
+# aiconfigurator keeps a copy (ai-dynamo/aiconfigurator at 095f58a5,
+# aic-core/src/aiconfigurator_core/model_configs/<org>--<model>_config.json), keys as published
+# (those the loader reads, and a few it ignores).
+SERVED_CONFIGS = {
+    "llama-3.1-405b": {  # meta-llama/Meta-Llama-3.1-405B
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "hidden_act": "silu", "hidden_size": 16384,
+        "intermediate_size": 53248, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+        "num_attention_heads": 128, "num_hidden_layers": 126, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+        "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "rope_theta": 500000.0, "tie_word_embeddings": False, "vocab_size": 128256,
+    },
+    "qwen3-8b": {  # Qwen/Qwen3-8B
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
+        "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960, "model_type": "qwen3",
+        "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+        "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
+        "use_sliding_window": False, "vocab_size": 151936,
+    },
+    "qwen3-32b": {  # Qwen/Qwen3-32B
+        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
+        "hidden_size": 5120, "intermediate_size": 25600, "max_position_embeddings": 40960, "model_type": "qwen3",
+        "num_attention_heads": 64, "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+        "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
+        "use_sliding_window": False, "vocab_size": 151936,
+    },
+    "mixtral-8x22b": {  # mistralai/Mixtral-8x22B-v0.1
+        "architectures": ["MixtralForCausalLM"], "hidden_act": "silu", "hidden_size": 6144, "intermediate_size": 16384,
+        "max_position_embeddings": 65536, "model_type": "mixtral", "num_attention_heads": 48, "num_experts_per_tok": 2,
+        "num_hidden_layers": 56, "num_key_value_heads": 8, "num_local_experts": 8, "rms_norm_eps": 1e-05,
+        "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False, "vocab_size": 32000,
+    },
+    "qwen3-235b-a22b": {  # Qwen/Qwen3-235B-A22B
+        "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "decoder_sparse_step": 1, "head_dim": 128,
+        "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960,
+        "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 1536, "num_attention_heads": 64,
+        "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 94, "num_key_value_heads": 4,
+        "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None,
+        "tie_word_embeddings": False, "use_sliding_window": False, "vocab_size": 151936,
+    },
+    "deepseek-r1": {  # deepseek-ai/DeepSeek-R1
+        "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "first_k_dense_replace": 3,
+        "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432, "kv_lora_rank": 512,
+        "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+        "moe_layer_freq": 1, "n_routed_experts": 256, "n_shared_experts": 1, "num_attention_heads": 128,
+        "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128, "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+        "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                         "original_max_position_embeddings": 4096, "type": "yarn"},
+        "rope_theta": 10000, "tie_word_embeddings": False, "v_head_dim": 128, "vocab_size": 129280,
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(SERVED_CONFIGS))
+def test_served_model_presets_are_their_config_json(tmp_path, name):
+    from simcore.hf_config import load_hf_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(SERVED_CONFIGS[name]))
+    preset = get_model(name)
+    assert dataclasses.replace(load_hf_config(path), name=name) == preset
+    assert preset.rope_scaling is not get_model("deepseek-v3").rope_scaling  # no shared mutable state
+
+
+@pytest.mark.parametrize(("name", "total", "active"), [
+    # The model cards' counts, in billions (as rounded there).
+    ("llama-3.1-405b", 405, 405),
+    ("qwen3-8b", 8.2, 8.2),
+    ("qwen3-32b", 32.8, 32.8),
+    ("mixtral-8x22b", 141, 39),  # Mistral AI: 141B total, 39B active
+    ("qwen3-235b-a22b", 235, 22),  # Qwen3 card: 235B total, 22B activated
+    ("deepseek-r1", 671, 37),  # as DeepSeek-V3 (the multi-token-prediction layer not counted)
+])
+def test_served_model_parameters_match_their_cards(name, total, active):
+    model = get_model(name)
+    assert model.num_params / 1e9 == pytest.approx(total, rel=0.01)
+    assert model.num_active_params / 1e9 == pytest.approx(active, rel=0.025)
