@@ -13,7 +13,7 @@ many are off by more than 50%. A setup the simulator cannot express (an unknown 
 hardware preset, an unsupported dtype, ...) is listed as "not expressible" with the reason, and
 counted apart, never dropped.
 
-    python benchmarks/published.py                      # every figure (30-90 s on one core)
+    python benchmarks/published.py                      # every figure (about 6 minutes on one core)
     python benchmarks/published.py --role held_out      # one role
     python benchmarks/published.py --only ID [ID ...]   # some figures
     python benchmarks/published.py --quick              # the first few figures, few requests (CI smoke)
