@@ -167,6 +167,13 @@ def test_tiny_llama_parameter_count_matches_transformers():
 # aiconfigurator keeps a copy (ai-dynamo/aiconfigurator at 095f58a5,
 # aic-core/src/aiconfigurator_core/model_configs/<org>--<model>_config.json), keys as published
 # (those the loader reads, and a few it ignores).
+# The dense Qwen3 models' config.json keys they share.
+_QWEN3 = {
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
+    "max_position_embeddings": 40960, "model_type": "qwen3", "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+    "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
+    "use_sliding_window": False, "vocab_size": 151936,
+}
 SERVED_CONFIGS = {
     "llama-3.1-405b": {  # meta-llama/Meta-Llama-3.1-405B
         "architectures": ["LlamaForCausalLM"], "attention_bias": False, "hidden_act": "silu", "hidden_size": 16384,
@@ -176,20 +183,10 @@ SERVED_CONFIGS = {
                          "original_max_position_embeddings": 8192, "rope_type": "llama3"},
         "rope_theta": 500000.0, "tie_word_embeddings": False, "vocab_size": 128256,
     },
-    "qwen3-8b": {  # Qwen/Qwen3-8B
-        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
-        "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 40960, "model_type": "qwen3",
-        "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
-        "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
-        "use_sliding_window": False, "vocab_size": 151936,
-    },
-    "qwen3-32b": {  # Qwen/Qwen3-32B
-        "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "head_dim": 128, "hidden_act": "silu",
-        "hidden_size": 5120, "intermediate_size": 25600, "max_position_embeddings": 40960, "model_type": "qwen3",
-        "num_attention_heads": 64, "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
-        "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False,
-        "use_sliding_window": False, "vocab_size": 151936,
-    },
+    "qwen3-8b": {**_QWEN3, "hidden_size": 4096, "intermediate_size": 12288,  # Qwen/Qwen3-8B
+                 "num_attention_heads": 32, "num_hidden_layers": 36},
+    "qwen3-32b": {**_QWEN3, "hidden_size": 5120, "intermediate_size": 25600,  # Qwen/Qwen3-32B
+                  "num_attention_heads": 64, "num_hidden_layers": 64},
     "mixtral-8x22b": {  # mistralai/Mixtral-8x22B-v0.1
         "architectures": ["MixtralForCausalLM"], "hidden_act": "silu", "hidden_size": 6144, "intermediate_size": 16384,
         "max_position_embeddings": 65536, "model_type": "mixtral", "num_attention_heads": 48, "num_experts_per_tok": 2,
