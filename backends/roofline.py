@@ -432,11 +432,12 @@ class RooflineCostModel:
         connected mesh, at most the tensor_parallel - 1 links a GPU has to the others."""
         if self.collective_link is not None:
             spec = get_link(self.collective_link, where="collective_link")
-            bandwidth, hop_latency = spec.collective_bandwidth(self.tensor_parallel), spec.hop_latency
+            bandwidth, peer, hop_latency = spec.allreduce_bandwidth, spec.peer_bytes_per_s, spec.hop_latency
         else:
             hw = self.hardware
-            bandwidth = mesh_bandwidth(hw.interconnect_bandwidth, hw.interconnect_peer_bandwidth, self.tensor_parallel)
-            hop_latency = hw.interconnect_latency_s
+            bandwidth, peer, hop_latency = (hw.interconnect_bandwidth, hw.interconnect_peer_bandwidth,
+                                            hw.interconnect_latency_s)
+        bandwidth = mesh_bandwidth(bandwidth, peer, self.tensor_parallel)
         if self.collective_bandwidth_gb_s is not None:
             bandwidth = self.collective_bandwidth_gb_s * GB
         if self.collective_latency_us is not None:

@@ -69,11 +69,6 @@ class LinkSpec:
         """Bytes/s one way that a ring all-reduce's payload term divides by."""
         return self.bytes_per_s if self.allreduce_bytes_per_s is None else self.allreduce_bytes_per_s
 
-    def collective_bandwidth(self, num_gpus: int) -> float:
-        """Bytes/s one way a collective over `num_gpus` GPUs reaches: the all-reduce bandwidth,
-        and on a mesh at most its links to the other num_gpus - 1."""
-        return mesh_bandwidth(self.allreduce_bandwidth, self.peer_bytes_per_s, num_gpus)
-
 
 def mesh_bandwidth(bandwidth: float, peer_bytes_per_s: float | None, num_gpus: int) -> float:
     """`bandwidth`, capped on a fully connected mesh at num_gpus - 1 links of peer_bytes_per_s."""

@@ -19,7 +19,7 @@ from experiments.config import parse_experiment
 from experiments.runner import resolve_kv, run_experiment
 from simcore.capacity import block_bytes, num_gpu_blocks
 from simcore.errors import ConfigError
-from simcore.hardware import DATA_FILE, HardwareSpec, hardware_from_mapping, raw_links, raw_presets
+from simcore.hardware import DATA_FILE, HardwareSpec, hardware_from_mapping, mesh_bandwidth, raw_links, raw_presets
 from simcore.plan import ScheduledSeq, StepPlan
 from simcore.precision import default_activation_dtype
 from simcore.presets import HARDWARE, LINKS, get_hardware, get_model
@@ -123,7 +123,8 @@ def test_a_mesh_all_reduces_over_the_links_to_its_peers():
     assert mi300x.interconnect_peer_bandwidth == 48e9
     assert [_ideal(m, mi300x, tensor_parallel=tp)._collective_link()[0] for tp in (2, 4, 8)] == [48e9, 144e9, 336e9]
     assert _ideal(m, get_hardware("h100-sxm"), tensor_parallel=2)._collective_link()[0] == 150e9  # switched
-    assert LINKS["infinity-fabric"].collective_bandwidth(8) == 336e9
+    fabric = LINKS["infinity-fabric"]
+    assert mesh_bandwidth(fabric.allreduce_bandwidth, fabric.peer_bytes_per_s, 8) == 336e9
     assert _ideal(m, get_hardware("h100-sxm"), tensor_parallel=2,
                   collective_link="infinity-fabric")._collective_link()[0] == 48e9
     mesh = {"name": "m", "memory_gb": 1, "hbm_bandwidth_tb_s": 1, "peak_tflops": {"bf16": 1},
