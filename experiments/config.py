@@ -438,12 +438,6 @@ class Experiment(Strict):
     def _known_activation_dtype(cls, value: str | None) -> str | None:
         return value if value is None else one_of(value, ACTIVATION_DTYPE_BYTES, "activation dtype")
 
-    @property
-    def compute_dtype(self) -> str:
-        """activation_dtype, or the one engines pair with weight_dtype (simcore.precision) on a part
-        without an fp4 peak (compute_dtype_on: on a given part)."""
-        return self.activation_dtype or default_activation_dtype(self.weight_dtype)
-
     def compute_dtype_on(self, hardware: Any) -> str:
         """activation_dtype, or the one engines pair with weight_dtype on this hardware (4-bit
         floating-point weights run W4A4 or W4A8 where it has an fp4 peak)."""

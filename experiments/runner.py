@@ -86,10 +86,10 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
     # A GPU holds its stage's layers: 1/pp of each block (bytes it stores and its host link moves).
     bytes_per_block = block_bytes(model, exp.kv_cache.block_size, kv_bytes, exp.tensor_parallel, source=source,
                                   attention_data_parallel=exp.attention_data_parallel) // stages
+    expert_bytes = expert_weight_bytes(exp, model, source=source)
     num_blocks = exp.kv_cache.num_blocks or num_gpu_blocks(
         model, hardware, block_size=exp.kv_cache.block_size, kv_dtype_bytes=kv_bytes,
-        weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype],
-        expert_weight_dtype_bytes=expert_weight_bytes(exp, model, source=source),
+        weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype], expert_weight_dtype_bytes=expert_bytes,
         gpu_memory_utilization=exp.kv_cache.gpu_memory_utilization,
         tensor_parallel=exp.tensor_parallel, pipeline_parallel=stages, source=source,
         attention_data_parallel=exp.attention_data_parallel,
@@ -109,7 +109,7 @@ def resolve_kv(exp: Experiment, *, source: str | None) -> dict:
             )
     return {
         "model": model, "hardware": hardware, "kv_dtype_bytes": kv_bytes, "block_bytes": bytes_per_block,
-        "num_blocks": num_blocks, "num_host_blocks": num_host_blocks,
+        "num_blocks": num_blocks, "num_host_blocks": num_host_blocks, "expert_weight_dtype_bytes": expert_bytes,
     }
 
 
@@ -130,7 +130,7 @@ def cost_context(exp: Experiment, kv: dict, source: str | Path | None) -> CostCo
     return CostContext(
         model=kv["model"], hardware_name=kv["hardware"].name, hardware=kv["hardware"], kv_dtype_bytes=kv["kv_dtype_bytes"],
         weight_dtype_bytes=WEIGHT_DTYPE_BYTES[exp.weight_dtype],
-        expert_weight_dtype_bytes=expert_weight_bytes(exp, kv["model"], source=source),
+        expert_weight_dtype_bytes=kv["expert_weight_dtype_bytes"],
         activation_dtype=exp.compute_dtype_on(kv["hardware"]),
         block_size=exp.kv_cache.block_size, num_blocks=kv["num_blocks"], num_host_blocks=kv["num_host_blocks"],
         tensor_parallel=exp.tensor_parallel, pipeline_parallel=exp.pipeline_parallel,

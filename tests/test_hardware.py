@@ -210,9 +210,10 @@ def test_fp8_gemms_run_at_the_fp8_peak_and_fall_back_where_there_is_none():
 def test_default_activation_dtypes_follow_the_engines():
     assert [default_activation_dtype(w) for w in ("bf16", "fp8", "int8", "int4", "fp4", "fp32")] == \
         ["bf16", "fp8", "int8", "bf16", "bf16", "fp32"]
-    exp = parse_experiment(_experiment(weight_dtype="fp4"), source=None)
-    assert exp.compute_dtype == "bf16"
-    assert parse_experiment(_experiment(weight_dtype="fp4", activation_dtype="fp4"), source=None).compute_dtype == "fp4"
+    exp, h100 = parse_experiment(_experiment(weight_dtype="fp4"), source=None), get_hardware("h100-sxm")
+    assert exp.compute_dtype_on(h100) == "bf16"  # no fp4 peak: weight-only
+    given = parse_experiment(_experiment(weight_dtype="fp4", activation_dtype="fp4"), source=None)
+    assert given.compute_dtype_on(h100) == "fp4"
 
 
 def test_four_bit_weights_are_half_a_byte():
