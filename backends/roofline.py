@@ -141,7 +141,8 @@ class RooflineCostModel:
     # Rows of one tile of the grouped GEMM that runs the routed experts: each expert's tokens are
     # padded to whole tiles (moe_expert_tile_rows). None: the tile the Triton MoE kernels pick
     # from the mean tokens per expert t = T k / E (triton_kernels matmul_ogs, NVIDIA opt_flags:
-    # next power of two of 2t within [16, 64] for t <= 64, of t within [16, 128] above); a number
+    # next power of two of 2t within [16, 64] for t <= 64, of t within [16, 128] above), with E the
+    # experts on one GPU under attention data parallelism (E / tp: expert_tile_rows); a number
     # fixes it; 1 prices the experts' rows unpadded, as before.
     moe_tile_rows: int | None = None
     # How decode attention reads the KV cache: each KV head once for the query heads that share
@@ -397,7 +398,15 @@ class RooflineCostModel:
         Triton MoE kernels' choice from the mean tokens per expert (see moe_tile_rows)."""
         if self.moe_tile_rows is not None:
             return self.moe_tile_rows
-        return moe_expert_tile_rows(num_tokens * self.model.num_experts_per_tok / self.model.num_experts)
+        # Under expert parallelism (attention_data_parallel over tp GPUs) a GPU holds E / tp experts,
+        # and its kernel is handed all T k routed slots of the step pruned to its own experts
+        # (TensorRT-LLM's TritonEPRouter: top-k over every expert, then routing_from_bitmatrix with
+        # the local expert count), so the tile is picked from T k / (E / tp): tp times the tokens a
+        # local expert gets. aiconfigurator's TensorRT-LLM 1.3.0rc20 MoE tables (gpt-oss-120b shape,
+        # MXFP4 x bf16 Triton, balanced routing) step where this rule changes tile: at 128 -> 160 and
+        # 512 -> 768 tokens under EP4, 256 -> 320 under EP8, 1024 -> 1536 under EP2, 2048 -> 3072 at EP1.
+        local_experts = self.model.num_experts / (self.tensor_parallel if self.attention_data_parallel else 1)
+        return moe_expert_tile_rows(num_tokens * self.model.num_experts_per_tok / local_experts)
 
     def transfer_time(self, plan: StepPlan) -> float:
         """Swap-in plus swap-out: per direction one latency and blocks x block bytes / link rate."""

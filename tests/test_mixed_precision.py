@@ -233,6 +233,22 @@ def test_moe_tile_rows_follow_the_triton_kernels(tokens_per_expert, tile):
     assert moe_expert_tile_rows(tokens_per_expert) == tile
 
 
+def test_expert_parallel_tile_rows_count_the_local_experts():
+    # Under attention data parallelism over tp GPUs each holds E / tp experts and its Triton MoE
+    # kernel picks its tile from all T k slots over those: gpt-oss-120b (E 128, k 4) at T = 768
+    # has 24 tokens per expert (tile 64 on one GPU) but 96 per local expert under DEP4 (tile 128),
+    # where aiconfigurator's H100 EP4 MoE table steps from 0.33 to 0.61 ms.
+    model, hw = get_model("gpt-oss-120b"), get_hardware("h100-sxm")
+    single = RooflineCostModel(model, hw)
+    dep4 = RooflineCostModel(model, hw, tensor_parallel=4, attention_data_parallel=True)
+    tp4 = RooflineCostModel(model, hw, tensor_parallel=4)
+    assert single.expert_tile_rows(768) == tp4.expert_tile_rows(768) == 64
+    assert dep4.expert_tile_rows(768) == 128
+    assert dep4.expert_tile_rows(512) == 64  # 64 per local expert: still a tile of 64
+    assert RooflineCostModel(model, hw, tensor_parallel=4, attention_data_parallel=True,
+                             moe_tile_rows=16).expert_tile_rows(768) == 16
+
+
 def test_padded_expert_rows_price_the_moe_gemms():
     # Mixtral, a 4096-token prefill on an ideal H200 (compute bound): t = 4096 x 2 / 8 = 1024
     # tokens per expert, tiles of 128 rows. The padded rows beyond T k each cost 2 L 3 h I FLOPs.
