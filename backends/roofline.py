@@ -173,6 +173,14 @@ class RooflineCostModel:
     # CUTLASS and trtllm-gen NVFP4, Qwen3-30B-A3B shape; all aiconfigurator, as above) and 26
     # (H100, vLLM's fused_moe in bf16, gpt-oss-120b shape, vllm-project/vllm PR 39902): 50.
     moe_layer_overhead_us: float = 50.0
+    # Batch sizes the engine captured CUDA graphs for, with padding (TensorRT-LLM's
+    # cuda_graph_config {enable_padding: true, batch_sizes: [...]}): a decode-only step of n
+    # sequences (per GPU under attention data parallelism) replays the graph of the smallest
+    # captured size >= n, its n real requests padded with dummy ones that run every GEMM, the
+    # routed experts and the collectives as real rows (their attention, over a context of about
+    # one position, is left out). A step with a prompt piece, or a batch above the largest size,
+    # runs eager and unpadded. None: no padding.
+    cuda_graph_batch_sizes: list[int] | None = None
     # All-reduces per layer under tensor parallelism (after attention and after the MLP).
     allreduce_per_layer: int = 2
     # The link collectives run over: a link preset name (`servesim hardware` lists them), or
@@ -290,7 +298,7 @@ class RooflineCostModel:
         if not plan.num_seqs:
             return transfer
         num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
-        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting, plan.group_step)
+        dense, comm, overhead = self._step_fixed_parts(plan, num_tokens, num_selecting)
         compute = self._add_overhead(dense + self._step_attention_time(plan, attn_work, sum_context + num_tokens) + comm,
                                      overhead)
         if self._overlap:
@@ -308,7 +316,7 @@ class RooflineCostModel:
             return [self.step_time(step_plan) for step_plan in repeat.plans()]
         plan = repeat.kept_plan()
         num_tokens, num_selecting, sum_context, attn_work, sum_squares = _sums(plan)
-        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting, plan.group_step)
+        dense, comm, overhead = self._step_fixed_parts(plan, num_tokens, num_selecting)
         # (No transfers: a repeat's plan moves no blocks; x + 0.0 and max(x, 0.0) are x.)
         steps = range(repeat.advance, repeat.advance + repeat.num_steps)
         if repeat.num_steps < MIN_STEPS_IN_ARRAYS:
@@ -319,6 +327,24 @@ class RooflineCostModel:
         steps = np.arange(steps.start, steps.stop, dtype=np.int64)
         attention = self._attention_time(attn_work + 2 * sum_squares * steps, sum_context + num_tokens * steps + num_tokens)
         return self._add_overhead(dense + attention + comm, overhead)
+
+    def _step_fixed_parts(self, plan: StepPlan, num_tokens: int, num_selecting: int) -> tuple[float, float, float]:
+        """`_fixed_parts` of a plan's step (`num_tokens` positions, `num_selecting` selecting),
+        its GEMMs over the rows they run (`_graph_rows`): padded rows select too."""
+        rows = self._graph_rows(plan, num_tokens)
+        return self._fixed_parts(rows, plan.num_seqs, num_selecting + rows - num_tokens, plan.group_step)
+
+    def _graph_rows(self, plan: StepPlan, num_tokens: int) -> int:
+        """The rows a step's GEMMs run: its positions, or for a decode-only step that a captured
+        CUDA graph replays (cuda_graph_batch_sizes), the graph's padded batch (per GPU under
+        attention data parallelism, times the GPUs)."""
+        sizes = self.cuda_graph_batch_sizes
+        if not sizes or plan.num_prefill_tokens or num_tokens != plan.num_seqs:
+            return num_tokens
+        ranks = self.tensor_parallel if self.attention_data_parallel else 1
+        per_rank = -(-num_tokens // ranks)
+        padded = min((size for size in sizes if size >= per_rank), default=None)
+        return num_tokens if padded is None else max(num_tokens, padded * ranks)
 
     def _add_overhead(self, gpu: Any, overhead: float) -> Any:
         """A step's device work with its CPU time: after it, or, with `async_scheduling`, hidden
@@ -419,7 +445,7 @@ class RooflineCostModel:
     def breakdown(self, plan: StepPlan) -> dict[str, float]:
         """The step's time by part (for reports and tests); their total is step_time's compute."""
         num_tokens, num_selecting, sum_context, attn_work, _ = _sums(plan)
-        dense, comm, overhead = self._fixed_parts(num_tokens, plan.num_seqs, num_selecting, plan.group_step)
+        dense, comm, overhead = self._step_fixed_parts(plan, num_tokens, num_selecting)
         return {"dense_s": dense, "attention_s": self._step_attention_time(plan, attn_work, sum_context + num_tokens),
                 "comm_s": comm, "overhead_s": overhead, "transfer_s": self.transfer_time(plan)}
 
@@ -466,6 +492,12 @@ class RooflineCostModel:
             _check_number("activation_stream_bytes", self.activation_stream_bytes)
         if self.moe_tile_rows is not None:
             _check_int("moe_tile_rows", self.moe_tile_rows, minimum=1)
+        if self.cuda_graph_batch_sizes is not None:
+            if not isinstance(self.cuda_graph_batch_sizes, (list, tuple)):
+                raise ValueError(f"cuda_graph_batch_sizes: expected a list of batch sizes, found "
+                                 f"{self.cuda_graph_batch_sizes!r}")
+            for size in self.cuda_graph_batch_sizes:
+                _check_int("cuda_graph_batch_sizes", size, minimum=1)
         if self.moe_gemm_efficiency is not None:
             _check_number("moe_gemm_efficiency", self.moe_gemm_efficiency, upper=1.0)
         _check_number("moe_half_rate_width", self.moe_half_rate_width, allow_zero=True)

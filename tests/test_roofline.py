@@ -195,6 +195,7 @@ MODELS = [
     RooflineCostModel(get_model("llama-3.2-1b"), get_hardware("l4"), kv_dtype_bytes=1, tensor_parallel=16),
     RooflineCostModel(TINY, get_hardware("cpu"), activation_rw_per_layer=3.3),
     _ideal(),
+    RooflineCostModel(get_model("llama-3.1-8b"), get_hardware("h200"), cuda_graph_batch_sizes=[1, 2, 4, 8, 16, 32]),
 ]
 
 
@@ -210,3 +211,48 @@ def test_runs_price_as_their_steps(model_index):
         repeats = random_repeats(rng)
         assert [float(t) for r in repeats for t in model.repeat_times(r)] == \
             [model.step_time(p) for r in repeats for p in r.plans()]
+
+
+# --- CUDA graphs with padding (TensorRT-LLM's cuda_graph_config enable_padding) --------------------
+
+GRAPH_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 1024, 2048]
+
+
+def test_cuda_graph_padding_prices_a_decode_step_at_the_next_captured_batch():
+    """A decode-only step of n sequences runs its GEMMs (and lm_head) as the next captured batch
+    size; its attention stays the real sequences'; without sizes nothing changes."""
+    plain = RooflineCostModel(get_model("llama-3.1-8b"), get_hardware("h200"))
+    graphs = dataclasses.replace(plain, cuda_graph_batch_sizes=GRAPH_SIZES)
+    real = _decode_plan([1500] * 518)
+    padded = _decode_plan([1500] * 1024)
+    assert graphs.breakdown(real)["dense_s"] == plain.breakdown(padded)["dense_s"]
+    assert graphs.breakdown(real)["attention_s"] == plain.breakdown(real)["attention_s"]
+    assert graphs.step_time(real) > plain.step_time(real)
+    exact = _decode_plan([1500] * 512)  # a captured size: no padding
+    assert graphs.step_time(exact) == plain.step_time(exact)
+    over = _decode_plan([10] * 3000)  # above the largest size: eager, unpadded
+    assert graphs.step_time(over) == plain.step_time(over)
+
+
+def test_cuda_graph_padding_leaves_steps_with_a_prompt_piece_eager():
+    plain = RooflineCostModel(get_model("llama-3.1-8b"), get_hardware("h200"))
+    graphs = dataclasses.replace(plain, cuda_graph_batch_sizes=GRAPH_SIZES)
+    mixed = _plan(_seq(0, 100, 0), *(_seq(i, 1, 50, prompt=10) for i in range(1, 600)))
+    assert graphs.step_time(mixed) == plain.step_time(mixed)
+
+
+def test_cuda_graph_padding_is_per_gpu_under_attention_data_parallelism():
+    """Under attention data parallelism each GPU pads its own share of the batch."""
+    model = get_model("gpt-oss-120b")
+    graphs = RooflineCostModel(model, get_hardware("h100-sxm"), tensor_parallel=4, attention_data_parallel=True,
+                               expert_weight_dtype_bytes=0.53125, cuda_graph_batch_sizes=GRAPH_SIZES)
+    plain = dataclasses.replace(graphs, cuda_graph_batch_sizes=None)
+    assert graphs._graph_rows(_decode_plan([100] * 1100), 1100) == 4 * 384  # 275 a GPU -> 384
+    assert graphs.breakdown(_decode_plan([100] * 1100))["dense_s"] == \
+        plain.breakdown(_decode_plan([100] * 1536))["dense_s"]
+
+
+@pytest.mark.parametrize("sizes", ["64", [0, 8], [1.5], [True]])
+def test_cuda_graph_batch_sizes_checked(sizes):
+    with pytest.raises(ConfigError, match="cuda_graph_batch_sizes"):
+        make_roofline({"cuda_graph_batch_sizes": sizes}, _context())
