@@ -328,20 +328,26 @@ class RooflineCostModel:
         attention = self._attention_time(attn_work + 2 * sum_squares * steps, sum_context + num_tokens * steps + num_tokens)
         return self._add_overhead(dense + attention + comm, overhead)
 
+    @property
+    def num_batch_shares(self) -> int:
+        """The GPUs that each run their own share of a step's batch, each holding E / that many
+        routed experts: tensor_parallel under attention data parallelism, else 1."""
+        return self.tensor_parallel if self.attention_data_parallel else 1
+
     def _step_fixed_parts(self, plan: StepPlan, num_tokens: int, num_selecting: int) -> tuple[float, float, float]:
         """`_fixed_parts` of a plan's step (`num_tokens` positions, `num_selecting` selecting),
-        its GEMMs over the rows they run (`_graph_rows`): padded rows select too."""
-        rows = self._graph_rows(plan, num_tokens)
+        its GEMMs over the rows they run (`graph_rows`): padded rows select too."""
+        rows = self.graph_rows(num_tokens, plan.num_seqs, plan.num_prefill_tokens)
         return self._fixed_parts(rows, plan.num_seqs, num_selecting + rows - num_tokens, plan.group_step)
 
-    def _graph_rows(self, plan: StepPlan, num_tokens: int) -> int:
+    def graph_rows(self, num_tokens: int, num_seqs: int, num_prefill_tokens: int) -> int:
         """The rows a step's GEMMs run: its positions, or for a decode-only step that a captured
         CUDA graph replays (cuda_graph_batch_sizes), the graph's padded batch (per GPU under
         attention data parallelism, times the GPUs)."""
         sizes = self.cuda_graph_batch_sizes
-        if not sizes or plan.num_prefill_tokens or num_tokens != plan.num_seqs:
+        if not sizes or num_prefill_tokens or num_tokens != num_seqs:
             return num_tokens
-        ranks = self.tensor_parallel if self.attention_data_parallel else 1
+        ranks = self.num_batch_shares
         per_rank = -(-num_tokens // ranks)
         padded = min((size for size in sizes if size >= per_rank), default=None)
         return num_tokens if padded is None else max(num_tokens, padded * ranks)
@@ -431,7 +437,7 @@ class RooflineCostModel:
         # local expert gets. aiconfigurator's TensorRT-LLM 1.3.0rc20 MoE tables (gpt-oss-120b shape,
         # MXFP4 x bf16 Triton, balanced routing) step where this rule changes tile: at 128 -> 160 and
         # 512 -> 768 tokens under EP4, 256 -> 320 under EP8, 1024 -> 1536 under EP2, 2048 -> 3072 at EP1.
-        local_experts = self.model.num_experts / (self.tensor_parallel if self.attention_data_parallel else 1)
+        local_experts = self.model.num_experts / self.num_batch_shares
         return moe_expert_tile_rows(num_tokens * self.model.num_experts_per_tok / local_experts)
 
     def transfer_time(self, plan: StepPlan) -> float:

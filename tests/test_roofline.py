@@ -247,7 +247,7 @@ def test_cuda_graph_padding_is_per_gpu_under_attention_data_parallelism():
     graphs = RooflineCostModel(model, get_hardware("h100-sxm"), tensor_parallel=4, attention_data_parallel=True,
                                expert_weight_dtype_bytes=0.53125, cuda_graph_batch_sizes=GRAPH_SIZES)
     plain = dataclasses.replace(graphs, cuda_graph_batch_sizes=None)
-    assert graphs._graph_rows(_decode_plan([100] * 1100), 1100) == 4 * 384  # 275 a GPU -> 384
+    assert graphs.graph_rows(1100, 1100, 0) == 4 * 384  # 275 a GPU -> 384
     assert graphs.breakdown(_decode_plan([100] * 1100))["dense_s"] == \
         plain.breakdown(_decode_plan([100] * 1536))["dense_s"]
 
