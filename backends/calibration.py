@@ -88,7 +88,8 @@ def row_quantities(rows: list[dict]) -> dict[str, np.ndarray]:
     attn_work = (2 * col["sum_prefill_context"] + 2 * col["sum_prefill_causal"] - col["num_prefill_tokens"]
                  + 2 * col["sum_decode_context"] + col["num_decode_tokens"])
     return {"num_tokens": tokens, "num_seqs": col["num_seqs"], "num_selecting": col["num_selecting"],
-            "attn_work": attn_work, "kv_positions": col["sum_context"] + tokens}
+            "num_prefill_tokens": col["num_prefill_tokens"], "attn_work": attn_work,
+            "kv_positions": col["sum_context"] + tokens}
 
 
 def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
@@ -102,8 +103,12 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
     gemm_peak = m.gemm_peak()
     selecting = q["num_selecting"] > 0
     weight_bytes = np.where(selecting, m._weight_bytes_with_head, m._weight_bytes_no_head)
-    dense_flops = q["num_tokens"] * m._gemm_flops_per_token + q["num_selecting"] * m._lm_head_flops_per_select
-    dense_bytes = weight_bytes + q["num_tokens"] * m._act_bytes_per_token
+    # The rows the GEMMs run: a CUDA graph's padded batch where one replays the step (padded rows select too).
+    rows_run = np.asarray([m.graph_rows(int(tokens), int(seqs), int(prefill)) for tokens, seqs, prefill
+                           in zip(q["num_tokens"], q["num_seqs"], q["num_prefill_tokens"])], dtype=float)
+    num_selecting = q["num_selecting"] + rows_run - q["num_tokens"]
+    dense_flops = rows_run * m._gemm_flops_per_token + num_selecting * m._lm_head_flops_per_select
+    dense_bytes = weight_bytes + rows_run * m._act_bytes_per_token
     return ShapeTerms(
         kind=np.asarray([r.get("kind") or step_kind(r) for r in rows]),
         time_s=np.asarray([float(r["time_s"]) for r in rows]),
@@ -112,7 +117,7 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
         dense_memory=dense_bytes / bandwidth,
         attn_compute=q["attn_work"] * m._attn_flops_per_work / peak,
         attn_memory=q["kv_positions"] * m._kv_bytes_per_pos / bandwidth,
-        comm=q["num_tokens"] * m._comm_per_token + m._comm_fixed,
+        comm=rows_run * m._comm_per_token + m._comm_fixed,
         kernel_floors=m._kernel_floors,
     )
 

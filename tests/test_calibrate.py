@@ -48,8 +48,11 @@ def rows_from(plans: list[StepPlan], model: RooflineCostModel) -> list[dict]:
     return rows
 
 
-def test_vectorized_roofline_equals_step_time_on_profile_aggregates():
-    model = make_roofline({"mfu": 0.41, "mbu": 0.73, "step_overhead_s": 1e-3, "per_seq_overhead_s": 2e-5}, ctx())
+@pytest.mark.parametrize("graphs", [{}, {"cuda_graph_batch_sizes": [1, 2, 4, 8, 16, 32, 48]}])
+def test_vectorized_roofline_equals_step_time_on_profile_aggregates(graphs):
+    # (With CUDA graphs, the decode-only steps of up to 48 sequences run padded GEMMs.)
+    model = make_roofline({"mfu": 0.41, "mbu": 0.73, "step_overhead_s": 1e-3, "per_seq_overhead_s": 2e-5, **graphs},
+                          ctx())
     plans = random_plans(200)
     rows = rows_from(plans, model)
     predicted = shape_terms(model, rows).predict(0.41, 0.73, 1e-3, 2e-5)
