@@ -15,11 +15,11 @@ policy, queue order and cost model both ways).
   until their blocks run out, or until a request is delivered that could start (`arrival_waits`).
 - `ChunkRuns` (ChunkedPrefillPolicy, stall-free, registered for that exact class): also where
   one prompt is in progress beside the decodes, its next chunks (`chunk_for`) up to the one
-  that completes it: steps whose budget the decodes and the chunk take whole admit nothing,
-  whatever waits. Its gain, against the generic runs alone (this class unregistered), side by
-  side: the 10k chunked prefill reference run in 2.83 s against 3.21 s (benchmarks/sim_speed.py
-  --trees, best of 5), 13,517 events against 28,224; 4,980 M instructions against 5,710 M at
-  3,000 requests (valgrind).
+  that completes it, then its decodes beside theirs (the tail) to the first finish: steps
+  whose budget the decodes and the chunk take whole admit nothing, whatever waits. Its gain,
+  against the generic runs alone (this class unregistered), side by side in one process: the
+  10k chunked prefill reference run in 1.67 s against 1.92 s (best of 3), 12,360 events
+  against 28,224 (the tail alone: 13,517 events before it, 4% of the wall time).
 
 `accelerator_for(policy)` picks the one registered for the policy's exact class, else
 `DecodeRuns`, where the class that wrote the policy's `fill` says its predicates describe it
@@ -29,11 +29,13 @@ policies.md, "Writing a policy").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from itertools import accumulate, repeat
 
 from policies.base import Scheduler
 from policies.chunked_prefill import ChunkedPrefillPolicy
+from simcore.itl import ItlLog
 from simcore.plan import Decodes, Repeat, ScheduledSeq, StepPlan
 from simcore.request import Request
 from simcore.steplog import StepRecord
@@ -42,7 +44,8 @@ from simcore.steplog import StepRecord
 class StepRun:
     """The steps after a planned one in which each of `decoders` decodes (until its last output
     or the run's end) and, optionally, `prompt` runs `chunks[j]` positions in step j, the last
-    of which may complete it (its first output)."""
+    of which may complete it (its first output); a completed prompt decodes in the steps after
+    its chunks (the run's tail), the batch's last."""
 
     def __init__(self, policy: Scheduler, plan: StepPlan, decoders: list[Request], ids: list[int],
                  firsts: list[int], steps_left: list[int], num_steps: int, prompt: Request | None = None,
@@ -57,14 +60,16 @@ class StepRun:
         self.firsts = firsts
         self.steps_left = steps_left
         self.num_steps = num_steps
-        # The run's steps up to the first finish (a prompt's alone: its chunks).
+        # The run's steps up to the first finish of a decoder (none: all of them).
         self.first_finish = min(steps_left) if steps_left else num_steps
         self.prompt = prompt
         self.prompt_context = prompt.num_processed if prompt is not None else 0
         self.chunks = chunks or []
-        # The first step with budget left beside the decodes and the chunk: admission is tried
-        # there (None: in none).
+        # The first step with budget left beside the decodes and the chunk (in the tail, beside
+        # the decodes): admission is tried there (None: in none).
         self.room_from = room_from
+        # Whether the chunks complete the prompt (its last known token: an output).
+        self.completes = prompt is not None and self.prompt_context + sum(self.chunks) == prompt.num_tokens
         # The decodes of the run's first step, as a plan's columns (built when first priced).
         self._decodes: Decodes | None = None
 
@@ -81,11 +86,11 @@ class StepRun:
 
     def num_leaving(self, num_steps: int) -> int:
         """Requests that finish in the run's first `num_steps` steps: decoders at their last
-        output, the prompt where its last chunk gives it its only one."""
+        output, the prompt at its own (the one its last chunk selects, or one in the tail)."""
         leaving = sum(1 for left in self.steps_left if left <= num_steps)
         prompt = self.prompt
-        if prompt is not None and len(self.chunks) <= num_steps and prompt.num_outputs + 1 >= prompt.num_target_outputs \
-                and self.prompt_context + sum(self.chunks) == prompt.num_tokens:
+        if prompt is not None and self.completes and \
+                len(self.chunks) + prompt.num_target_outputs - prompt.num_outputs - 1 <= num_steps:
             leaving += 1
         return leaving
 
@@ -113,6 +118,24 @@ class StepRun:
         """The plan of the run's step `step` (from 0): the decodes, and the prompt's `chunk`
         (none: 0) on the positions the chunks before took, completing it or not."""
         prompt = self.prompt
+        listed = ()
+        if prompt is not None:
+            context = self.prompt_context + step * self.chunks[0]
+            listed = (ScheduledSeq(prompt.request_id, chunk, context, completes, prompt.prompt_len),)
+        return StepPlan(self.plan.step_id + 1 + step, listed, decodes=self._decodes_at(step))
+
+    def _tail_plan(self) -> StepPlan:
+        """The plan of the tail's first step: every decoder's decode, then the prompt's."""
+        prompt, step = self.prompt, len(self.chunks)
+        assert prompt is not None
+        decodes = self._decodes_at(step)
+        decodes = Decodes([*decodes.request_ids, prompt.request_id],
+                          [*decodes.context_lens, self.prompt_context + sum(self.chunks)],
+                          [*decodes.prompt_lens, prompt.prompt_len])
+        return StepPlan(self.plan.step_id + 1 + step, (), decodes=decodes)
+
+    def _decodes_at(self, step: int) -> Decodes:
+        """The decoders' decodes in the run's step `step` (from 0)."""
         if self._decodes is None:
             decoders = self.decoders
             self._decodes = Decodes(self.ids, [request.num_processed for request in decoders],
@@ -120,22 +143,20 @@ class StepRun:
         decodes = self._decodes
         if step:
             decodes = decodes._replace(context_lens=[context + step for context in decodes.context_lens])
-        listed = ()
-        if prompt is not None:
-            context = self.prompt_context + step * self.chunks[0]
-            listed = (ScheduledSeq(prompt.request_id, chunk, context, completes, prompt.prompt_len),)
-        return StepPlan(self.plan.step_id + 1 + step, listed, decodes=decodes)
+        return decodes
 
     def _chunk_repeats(self, base: StepPlan) -> Iterator[Repeat]:
-        """The decodes with the prompt's whole chunks, then the step of its last chunk."""
-        prompt, chunks = self.prompt, self.chunks
+        """The decodes with the prompt's whole chunks, then the step of its last chunk, then the
+        tail: the decodes with the prompt's."""
+        prompt, chunks, completes = self.prompt, self.chunks, self.completes
         assert prompt is not None
-        completes = self.prompt_context + sum(chunks) == prompt.num_tokens
         body = len(chunks) - completes
         if body:
             yield Repeat(base, body)
         if completes:
             yield Repeat(self._plan(body, chunks[-1], completes=True), 1)
+        if self.num_steps > len(chunks):
+            yield Repeat(self._tail_plan(), self.num_steps - len(chunks))
 
     def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
         """Complete the run's first len(step_ends) steps (after the planned one's `complete`)."""
@@ -148,9 +169,13 @@ class StepRun:
         # The decoders' gaps before their first output in the run (each after its own last).
         first_gaps = [times[0] - request.last_token_s for request in self.decoders]
         taken, new_blocks = self._apply_decodes(num_steps, times)
-        chunks, completes, prompt_gaps = self._apply_prompt(step_ends, new_blocks)
+        chunks, completion, prompt_gaps = self._apply_prompt(step_ends, times, new_blocks)
         active = [len(self.decoders)] * num_steps if type(taken) is int else _active(taken, num_steps)
-        self._add_gaps(times, active, first_gaps, prompt_gaps)
+        # Decodes each step: the decoders', and in the tail the prompt's.
+        tail = len(self.chunks)
+        decoding = active if self.prompt is None or num_steps <= tail else \
+            [*active[:tail], *(count + 1 for count in active[tail:])]
+        self._add_gaps(times, decoding, first_gaps, prompt_gaps, completion)
         # Finishes, in step order (batch order within a step, the prompt last), as stepping
         # retires them: a decoder that leaves before the last step frees its blocks and seat there.
         freed_blocks, freed_tokens, leaving = [0] * num_steps, [0] * num_steps, [0] * num_steps
@@ -164,7 +189,7 @@ class StepRun:
                 freed_tokens[left - 1] += request.num_processed
                 done.append(request)
         prompt = self.prompt
-        if completes and prompt.num_outputs >= prompt.num_target_outputs:  # type: ignore[union-attr]
+        if completion is not None and prompt.num_outputs >= prompt.num_target_outputs:  # type: ignore[union-attr]
             done.append(prompt)  # type: ignore[arg-type]
         for request in done:
             policy.finish(request, request.last_token_s)
@@ -175,11 +200,14 @@ class StepRun:
         running = [num_running - gone for gone in accumulate(leaving)]
         blocks = [blocks_before + held for held in accumulate(a - b for a, b in zip(new_blocks, freed_blocks))]
         resident = [resident_before + held for held in accumulate(a + c - b for a, c, b in
-                                                                  zip(active, chunks, freed_tokens))]
+                                                                  zip(decoding, chunks, freed_tokens))]
         running[-1], blocks[-1], resident[-1] = len(policy.running), bm.num_used_blocks, policy.num_resident_tokens
+        selected = decoding
+        if completion is not None:
+            selected = [*decoding[:completion], decoding[completion] + 1, *decoding[completion + 1:]]
         record = StepRecord(
             range(first_id, first_id + num_steps), 0.0, 0.0, _column([count + num_prompt for count in active]),
-            _column(chunks), _column(active), _column([*active[:-1], active[-1] + completes]), _column(running), 0,
+            _column(chunks), _column(decoding), _column(selected), _column(running), 0,
             len(policy.swapped), blocks, _until_last(shared_before, bm.num_shared_blocks, num_steps),
             policy.host.num_used_blocks if policy.host is not None else 0, resident, 0, 0, 0, 0)
         return done, record
@@ -221,46 +249,57 @@ class StepRun:
         policy.num_resident_tokens += len(decoders) * num_steps if type(taken) is int else sum(taken)
         return taken, new_blocks
 
-    def _add_gaps(self, times: list[float], active: list[int], first_gaps: list[float],
-                  prompt_gaps: list[float]) -> None:
+    def _add_gaps(self, times: list[float], decoding: list[int], first_gaps: list[float],
+                  prompt_gaps: list[float], completion: int | None) -> None:
         """Inter-token gaps, step by step as stepping adds them: the decoders' first, then one a
-        step shared by those still decoding; a recompute's beside theirs in the step of its
-        last chunk."""
+        step shared by those decoding in it; a recompute's beside theirs in the step of its
+        last chunk (`completion`)."""
         itl, last = self.policy.itl, len(times) - 1
-        if not last:
-            first_gaps = [*first_gaps, *prompt_gaps]
+        if prompt_gaps and completion == 0:
+            first_gaps, prompt_gaps = [*first_gaps, *prompt_gaps], []
         if first_gaps:
             itl.add_gaps(first_gaps)
-        later = [step for step in range(1, last if prompt_gaps else last + 1) if active[step]]
-        itl.add_weighted([times[step] - times[step - 1] for step in later], [active[step] for step in later])
-        if prompt_gaps and last:
-            itl.add_gaps([times[last] - times[last - 1]] * active[last] + prompt_gaps)
+        if not prompt_gaps:
+            _add_step_gaps(itl, times, decoding, range(1, last + 1))
+            return
+        assert completion is not None
+        _add_step_gaps(itl, times, decoding, range(1, completion))
+        itl.add_gaps([times[completion] - times[completion - 1]] * decoding[completion] + prompt_gaps)
+        _add_step_gaps(itl, times, decoding, range(completion + 1, last + 1))
 
-    def _apply_prompt(self, step_ends: list[float], new_blocks: list[int]) -> tuple[list[int], bool, list[float]]:
-        """The prompt's chunks in the first len(step_ends) steps, and its first output where they
-        complete it: (the positions each step ran, none without a prompt; whether they complete
-        it; the gap before that output, for a recompute). Adds the blocks it takes each step to
-        `new_blocks`."""
+    def _apply_prompt(self, step_ends: list[float], times: list[float],
+                      new_blocks: list[int]) -> tuple[list[int], int | None, list[float]]:
+        """The prompt's chunks in the first len(step_ends) steps, its output where they complete
+        it, and its decodes in the tail: (the positions each step ran of it as a prompt, none
+        without one; the step of its last chunk, None where not taken; the gap before that
+        output, for a recompute). Adds the blocks it takes each step to `new_blocks`."""
         prompt, num_steps = self.prompt, len(step_ends)
         if prompt is None:
-            return [0] * num_steps, False, []
+            return [0] * num_steps, None, []
         policy, bm = self.policy, self.policy.bm
         chunks = self.chunks[:num_steps]
-        request_id, total = prompt.request_id, sum(chunks)
+        num_decodes = num_steps - len(chunks)  # (steps of the tail)
+        request_id, total = prompt.request_id, sum(chunks) + num_decodes
         held = held_before = bm.num_table_blocks[request_id]
         bm.append(request_id, total)
         resuming = request_id in policy.preempted_at
-        for step, chunk in enumerate(chunks):  # step by step: blocks, and a recompute back where it was
-            prompt.num_processed += chunk
+        # Step by step: blocks, and a recompute back where it was.
+        for step, num_new in enumerate([*chunks, *repeat(1, num_decodes)]):
+            prompt.num_processed += num_new
             grown = max(bm.blocks_for(prompt.num_processed), held_before)
             new_blocks[step] += grown - held
             held = grown
             if resuming and request_id in policy.preempted_at:
                 policy.note_resumed(prompt, step_ends[step])
         policy.num_resident_tokens += total
-        if prompt.num_processed < prompt.num_tokens:
-            return chunks, False, []
-        return chunks, True, policy.select_outputs([prompt], step_ends[-1])
+        if len(chunks) < len(self.chunks) or not self.completes:
+            return chunks, None, []
+        completion = len(chunks) - 1
+        gaps = policy.select_outputs([prompt], step_ends[completion])
+        if num_decodes:
+            prompt.num_outputs += num_decodes
+            prompt.last_token_s = times[-1]
+        return [*chunks, *repeat(0, num_decodes)], completion, gaps
 
 
 def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int, num_steps: int) -> list[int]:
@@ -279,6 +318,12 @@ def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int
             for step in range(first, count + 1, block_size):
                 new_blocks[step - 1] += 1
     return new_blocks
+
+
+def _add_step_gaps(itl: ItlLog, times: list[float], decoding: list[int], steps: range) -> None:
+    """One gap for each of `steps`, shared by those decoding in it."""
+    steps = [step for step in steps if decoding[step]]
+    itl.add_weighted([times[step] - times[step - 1] for step in steps], [decoding[step] for step in steps])
 
 
 def _active(taken: list[int], num_steps: int) -> list[int]:
@@ -338,10 +383,12 @@ class ChunkRuns(DecodeRuns):
     def _chunk_run(self, plan: StepPlan) -> StepRun | None:
         """Where every running request decodes next but the newest, a prompt in progress (`plan`
         completed): the steps that run every decode and that prompt's next chunk, as `fill`
-        (stall-free) does when no swapped request waits and nothing is admitted. Admission is
-        tried only in a step whose budget the decodes and the chunk leave room in (`room_from`):
-        the run stops before one while requests wait. It stops at the first finish, whose seat
-        and budget change the next steps, and runs where blocks are counted only."""
+        (stall-free) does when no swapped request waits and nothing is admitted, and once its
+        last chunk completes it, the steps in which it decodes with the others (the tail).
+        Admission is tried only in a step whose budget the decodes and the chunk leave room in
+        (`room_from`): the run stops before one while requests wait. It stops at the first
+        finish, whose seat and budget change the next steps, and runs where blocks are counted
+        only."""
         policy = self.policy
         running = policy.running
         if not running or policy.order != "stall_free" or policy.bm.tracks_block_ids or policy.swapped \
@@ -352,7 +399,7 @@ class ChunkRuns(DecodeRuns):
             return None
         steps_left = [request.num_target_outputs - request.num_outputs for request in decoders]
         pending = prompt.num_pending
-        first_finish = min(steps_left) if steps_left else pending
+        first_finish = min(steps_left) if steps_left else math.inf
         options, num_decodes = policy.options, len(decoders)
         tokens_left = options.max_num_batched_tokens - num_decodes
         seats_left = options.max_num_seqs - num_decodes - 1
@@ -370,25 +417,38 @@ class ChunkRuns(DecodeRuns):
                 room_from = len(chunks)
             chunks.append(chunk)
             pending -= chunk
+        num_steps = len(chunks)
+        # The tail, to the first finish (the prompt's own, or a decoder's), where the chunks
+        # complete the prompt: its steps have room where a seat and budget are left beside the
+        # decodes, which admission tries (the run stops before them while requests wait).
+        outputs_after = prompt.num_target_outputs - prompt.num_outputs - 1
+        room = seats_left > 0 and tokens_left > 1
+        if not pending and outputs_after and first_finish > num_steps and not (room and policy.waiting):
+            if room and room_from is None:
+                room_from = num_steps
+            num_steps = min(first_finish, num_steps + outputs_after)
         ids = [request.request_id for request in decoders]
         firsts = policy.bm.first_new_block_steps(ids)
-        num_steps = _chunk_steps_within(policy, firsts, prompt, chunks)
+        num_steps = _chunk_steps_within(policy, firsts, prompt, chunks, num_steps)
         if num_steps < 1:
             return None
         return StepRun(policy, plan, decoders, ids, firsts, steps_left, num_steps, prompt, chunks[:num_steps],
                        room_from)
 
 
-def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, chunks: list[int]) -> int:
-    """Most of the steps with these chunks whose new blocks, decodes' and prompt's, are free."""
+def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, chunks: list[int],
+                        num_steps: int) -> int:
+    """Most of a chunk run's `num_steps` steps (these chunks, then the prompt's decodes) whose
+    new blocks, decodes' and prompt's, are free."""
     bm = policy.bm
     held = bm.num_table_blocks[prompt.request_id]
     free, bs = bm.num_free_blocks, bm.block_size
-    decode_blocks = accumulate(_blocks_each_step(firsts, len(chunks), bs, len(chunks)))
-    for step, (positions, taken) in enumerate(zip(accumulate(chunks), decode_blocks)):
+    decode_blocks = accumulate(_blocks_each_step(firsts, num_steps, bs, num_steps))
+    prompt_positions = accumulate([*chunks, *repeat(1, num_steps - len(chunks))])
+    for step, (positions, taken) in enumerate(zip(prompt_positions, decode_blocks)):
         if taken + max(bm.blocks_for(prompt.num_processed + positions) - held, 0) > free:
             return step
-    return len(chunks)
+    return num_steps
 
 
 def accelerator_for(policy: Scheduler) -> DecodeRuns | None:

@@ -251,6 +251,27 @@ def test_chunk_runs_take_a_prompts_chunks_at_once():
     assert outcomes[1][0].num_events < 10
 
 
+def test_chunk_runs_go_on_with_the_completed_prompts_decodes():
+    """Once its last chunk completes a prompt, the run goes on with its decodes beside the
+    others' (the tail), to the first finish: here the prompt's own, four outputs later."""
+    policy = make_policy("chunked_prefill", num_blocks=400, block_size=4, chunk_size=16, max_num_batched_tokens=17)
+    policy.add(req(0, 0.0, 8, 100), 0.0)
+    policy.complete(policy.schedule(0.0), 0.01)
+    policy.add(req(1, 0.01, 300, 5), 0.01)
+    plan = policy.schedule(0.01)  # the decode and the prompt's first chunk
+    run = ChunkRuns(policy).extend(plan, policy.complete(plan, 0.02), closed_loop=False)
+    assert len(run.chunks) == 18 and run.num_steps == 18 + 4  # 284 positions left: 17 chunks of 16, then 12
+    *_, tail = run.repeats()
+    assert list(tail.plan.decodes.request_ids) == [0, 1] and tail.num_steps == 4
+    assert run.num_leaving(22) == 1 and run.num_leaving(21) == 0
+    # The same, stepped and with runs, with a request delivered during the tail (it cuts it there).
+    requests = [req(0, 0.0, 8, 100), req(1, 0.01, 300, 5), req(2, 0.245, 20, 3)]
+    outcomes = both_ways(requests, lambda: make_policy("chunked_prefill", num_blocks=400, block_size=4,
+                                                       chunk_size=16, max_num_batched_tokens=17),
+                         cost_model("constant"))
+    assert_same(outcomes)
+
+
 def test_weighted_percentiles_equal_the_expanded_list():
     import numpy as np
 
