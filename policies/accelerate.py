@@ -15,11 +15,12 @@ policy, queue order and cost model both ways).
   until their blocks run out, or until a request is delivered that could start (`arrival_waits`).
 - `ChunkRuns` (ChunkedPrefillPolicy, stall-free, registered for that exact class): also where
   one prompt is in progress beside the decodes, its next chunks (`chunk_for`) up to the one
-  that completes it, then its decodes beside theirs (the tail) to the first finish: steps
-  whose budget the decodes and the chunk take whole admit nothing, whatever waits. Its gain,
-  against the generic runs alone (this class unregistered), side by side in one process: the
-  10k chunked prefill reference run in 1.67 s against 1.92 s (best of 3), 12,360 events
-  against 28,224 (the tail alone: 13,517 events before it, 4% of the wall time).
+  that completes it, then its decodes beside theirs (the tail), past finishes where the
+  generic runs go past them: steps whose budget the decodes and the chunk take whole admit
+  nothing, whatever waits. Its gain, against the generic runs alone (this class unregistered),
+  side by side in one process: the 10k chunked prefill reference run in 1.54 s against 1.82 s
+  (best of 3), 11,083 events against 28,224 (the tail's share: 13,517 events without it,
+  and 5% of the wall time, benchmarks/sim_speed.py --trees).
 
 `accelerator_for(policy)` picks the one registered for the policy's exact class, else
 `DecodeRuns`, where the class that wrote the policy's `fill` says its predicates describe it
@@ -35,6 +36,7 @@ from itertools import accumulate, repeat
 
 from policies.base import Scheduler
 from policies.chunked_prefill import ChunkedPrefillPolicy
+from simcore.decode_blocks import first_new_block_step, firsts_after, max_steps_within
 from simcore.itl import ItlLog
 from simcore.plan import Decodes, Repeat, ScheduledSeq, StepPlan
 from simcore.request import Request
@@ -68,8 +70,11 @@ class StepRun:
         # The first step with budget left beside the decodes and the chunk (in the tail, beside
         # the decodes): admission is tried there (None: in none).
         self.room_from = room_from
-        # Whether the chunks complete the prompt (its last known token: an output).
+        # Whether the chunks complete the prompt (its last known token: an output), and then the
+        # run's steps up to its last output (in the tail, or its last chunk's).
         self.completes = prompt is not None and self.prompt_context + sum(self.chunks) == prompt.num_tokens
+        self.prompt_finish = len(self.chunks) + prompt.num_target_outputs - prompt.num_outputs - 1 \
+            if self.completes else None  # type: ignore[union-attr]
         # The decodes of the run's first step, as a plan's columns (built when first priced).
         self._decodes: Decodes | None = None
 
@@ -88,9 +93,7 @@ class StepRun:
         """Requests that finish in the run's first `num_steps` steps: decoders at their last
         output, the prompt at its own (the one its last chunk selects, or one in the tail)."""
         leaving = sum(1 for left in self.steps_left if left <= num_steps)
-        prompt = self.prompt
-        if prompt is not None and self.completes and \
-                len(self.chunks) + prompt.num_target_outputs - prompt.num_outputs - 1 <= num_steps:
+        if self.prompt_finish is not None and self.prompt_finish <= num_steps:
             leaving += 1
         return leaving
 
@@ -100,19 +103,7 @@ class StepRun:
         if self.prompt is not None:
             yield from self._chunk_repeats(base)
             return
-        steps_left, num_steps = self.steps_left, self.num_steps
-        if num_steps <= self.first_finish:  # nobody leaves before the run's last step
-            yield Repeat(base, num_steps)
-            return
-        # Past finishes: a repeat per stretch between them, without those that left.
-        done = 0
-        for finish in sorted(set(steps_left)):
-            if finish > done:
-                steps = min(finish, num_steps) - done
-                yield Repeat(base, steps, done, tuple(i for i, left in enumerate(steps_left) if left <= done))
-                done += steps
-            if done >= num_steps:
-                return
+        yield from _stretches(base, self.steps_left, self.num_steps)
 
     def _plan(self, step: int, chunk: int, completes: bool = False) -> StepPlan:
         """The plan of the run's step `step` (from 0): the decodes, and the prompt's `chunk`
@@ -155,8 +146,9 @@ class StepRun:
             yield Repeat(base, body)
         if completes:
             yield Repeat(self._plan(body, chunks[-1], completes=True), 1)
-        if self.num_steps > len(chunks):
-            yield Repeat(self._tail_plan(), self.num_steps - len(chunks))
+        if self.num_steps > len(chunks):  # the tail: the decoders, then the prompt (its finish last)
+            steps_left = [*(left - len(chunks) for left in self.steps_left), self.prompt_finish - len(chunks)]
+            yield from _stretches(self._tail_plan(), steps_left, self.num_steps - len(chunks))
 
     def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
         """Complete the run's first len(step_ends) steps (after the planned one's `complete`)."""
@@ -172,31 +164,32 @@ class StepRun:
         chunks, completion, prompt_gaps = self._apply_prompt(step_ends, times, new_blocks)
         active = [len(self.decoders)] * num_steps if type(taken) is int else _active(taken, num_steps)
         # Decodes each step: the decoders', and in the tail the prompt's.
-        tail = len(self.chunks)
-        decoding = active if self.prompt is None or num_steps <= tail else \
-            [*active[:tail], *(count + 1 for count in active[tail:])]
+        tail, prompt_finish = len(self.chunks), self.prompt_finish
+        decoding = active
+        if prompt_finish is not None and num_steps > tail:
+            decoding = [count + (tail <= step < prompt_finish) for step, count in enumerate(active)]
         self._add_gaps(times, decoding, first_gaps, prompt_gaps, completion)
         # Finishes, in step order (batch order within a step, the prompt last), as stepping
         # retires them: a decoder that leaves before the last step frees its blocks and seat there.
         freed_blocks, freed_tokens, leaving = [0] * num_steps, [0] * num_steps, [0] * num_steps
         done = []
-        if self.first_finish <= num_steps:
-            for left, index in sorted((left, index) for index, left in enumerate(self.steps_left) if left <= num_steps):
-                request = self.decoders[index]
+        finishes = [(left, index) for index, left in enumerate(self.steps_left) if left <= num_steps]
+        if completion is not None and prompt_finish <= num_steps:  # type: ignore[operator]
+            finishes.append((prompt_finish, len(self.decoders)))  # (the batch's last)
+        if finishes:
+            members = [*self.decoders, self.prompt]
+            for left, index in sorted(finishes):
+                request = members[index]
                 if left < num_steps:  # (the last step's state is read after it)
                     freed_blocks[left - 1] += bm.num_table_blocks[request.request_id]
                     leaving[left - 1] += 1
                 freed_tokens[left - 1] += request.num_processed
                 done.append(request)
-        prompt = self.prompt
-        if completion is not None and prompt.num_outputs >= prompt.num_target_outputs:  # type: ignore[union-attr]
-            done.append(prompt)  # type: ignore[arg-type]
         for request in done:
             policy.finish(request, request.last_token_s)
         first_id = policy.num_steps
         policy.num_steps += num_steps
         # Each step's counts: in it, and after it (the last step's, as the state reads now).
-        num_prompt = 1 if prompt is not None else 0
         running = [num_running - gone for gone in accumulate(leaving)]
         blocks = [blocks_before + held for held in accumulate(a - b for a, b in zip(new_blocks, freed_blocks))]
         resident = [resident_before + held for held in accumulate(a + c - b for a, c, b in
@@ -206,7 +199,8 @@ class StepRun:
         if completion is not None:
             selected = [*decoding[:completion], decoding[completion] + 1, *decoding[completion + 1:]]
         record = StepRecord(
-            range(first_id, first_id + num_steps), 0.0, 0.0, _column([count + num_prompt for count in active]),
+            range(first_id, first_id + num_steps), 0.0, 0.0,
+            _column([count + (step < tail) for step, count in enumerate(decoding)] if tail else decoding),
             _column(chunks), _column(decoding), _column(selected), _column(running), 0,
             len(policy.swapped), blocks, _until_last(shared_before, bm.num_shared_blocks, num_steps),
             policy.host.num_used_blocks if policy.host is not None else 0, resident, 0, 0, 0, 0)
@@ -278,7 +272,9 @@ class StepRun:
             return [0] * num_steps, None, []
         policy, bm = self.policy, self.policy.bm
         chunks = self.chunks[:num_steps]
-        num_decodes = num_steps - len(chunks)  # (steps of the tail)
+        num_decodes = 0  # its decodes in the tail, to its last output
+        if self.prompt_finish is not None and num_steps > len(chunks):
+            num_decodes = min(num_steps, self.prompt_finish) - len(chunks)
         request_id, total = prompt.request_id, sum(chunks) + num_decodes
         held = held_before = bm.num_table_blocks[request_id]
         bm.append(request_id, total)
@@ -298,8 +294,8 @@ class StepRun:
         gaps = policy.select_outputs([prompt], step_ends[completion])
         if num_decodes:
             prompt.num_outputs += num_decodes
-            prompt.last_token_s = times[-1]
-        return [*chunks, *repeat(0, num_decodes)], completion, gaps
+            prompt.last_token_s = times[completion + num_decodes]
+        return [*chunks, *repeat(0, num_steps - len(chunks))], completion, gaps
 
 
 def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int, num_steps: int) -> list[int]:
@@ -318,6 +314,23 @@ def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int
             for step in range(first, count + 1, block_size):
                 new_blocks[step - 1] += 1
     return new_blocks
+
+
+def _stretches(base: StepPlan, steps_left: list[int], num_steps: int) -> Iterator[Repeat]:
+    """`num_steps` steps of `base`, whose sequences each run until its `steps_left` (of
+    `base`'s steps): one repeat, or past finishes a repeat per stretch between them, without
+    those that left."""
+    if num_steps <= min(steps_left, default=num_steps):  # nobody leaves before the last step
+        yield Repeat(base, num_steps)
+        return
+    done = 0
+    for finish in sorted(set(steps_left)):
+        if finish > done:
+            steps = min(finish, num_steps) - done
+            yield Repeat(base, steps, done, tuple(i for i, left in enumerate(steps_left) if left <= done))
+            done += steps
+        if done >= num_steps:
+            return
 
 
 def _add_step_gaps(itl: ItlLog, times: list[float], decoding: list[int], steps: range) -> None:
@@ -378,17 +391,18 @@ class ChunkRuns(DecodeRuns):
     policy: ChunkedPrefillPolicy
 
     def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> StepRun | None:
-        return self._chunk_run(plan) or super().extend(plan, finished, closed_loop=closed_loop)
+        return self._chunk_run(plan, closed_loop) or super().extend(plan, finished, closed_loop=closed_loop)
 
-    def _chunk_run(self, plan: StepPlan) -> StepRun | None:
+    def _chunk_run(self, plan: StepPlan, closed_loop: bool) -> StepRun | None:
         """Where every running request decodes next but the newest, a prompt in progress (`plan`
         completed): the steps that run every decode and that prompt's next chunk, as `fill`
         (stall-free) does when no swapped request waits and nothing is admitted, and once its
         last chunk completes it, the steps in which it decodes with the others (the tail).
         Admission is tried only in a step whose budget the decodes and the chunk leave room in
-        (`room_from`): the run stops before one while requests wait. It stops at the first
-        finish, whose seat and budget change the next steps, and runs where blocks are counted
-        only."""
+        (`room_from`): the run stops before one while requests wait. The chunks stop at the first
+        finish, whose seat and budget change the next ones; the tail goes on past finishes where
+        the policy allows (`runs_past_finishes`), as the generic runs do. It runs where blocks are
+        counted only."""
         policy = self.policy
         running = policy.running
         if not running or policy.order != "stall_free" or policy.bm.tracks_block_ids or policy.swapped \
@@ -418,15 +432,22 @@ class ChunkRuns(DecodeRuns):
             chunks.append(chunk)
             pending -= chunk
         num_steps = len(chunks)
-        # The tail, to the first finish (the prompt's own, or a decoder's), where the chunks
-        # complete the prompt: its steps have room where a seat and budget are left beside the
-        # decodes, which admission tries (the run stops before them while requests wait).
+        # The tail, where the chunks complete the prompt, to the first finish (the prompt's own,
+        # or a decoder's), or past finishes to the last: its steps have room where a seat and
+        # budget are left beside the decodes, and after a finish, which admission tries (the
+        # run stops before them while requests wait).
         outputs_after = prompt.num_target_outputs - prompt.num_outputs - 1
         room = seats_left > 0 and tokens_left > 1
         if not pending and outputs_after and first_finish > num_steps and not (room and policy.waiting):
+            prompt_finish = num_steps + outputs_after
             if room and room_from is None:
                 room_from = num_steps
-            num_steps = min(first_finish, num_steps + outputs_after)
+            if not closed_loop and policy.runs_past_finishes():
+                room_from = min(room_from, first_finish, prompt_finish) if room_from is not None \
+                    else min(first_finish, prompt_finish)
+                num_steps = max([prompt_finish, *steps_left])
+            else:
+                num_steps = min(first_finish, prompt_finish)
         ids = [request.request_id for request in decoders]
         firsts = policy.bm.first_new_block_steps(ids)
         num_steps = _chunk_steps_within(policy, firsts, prompt, chunks, num_steps)
@@ -438,17 +459,24 @@ class ChunkRuns(DecodeRuns):
 
 def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, chunks: list[int],
                         num_steps: int) -> int:
-    """Most of a chunk run's `num_steps` steps (these chunks, then the prompt's decodes) whose
+    """Most of a chunk run's `num_steps` steps (these chunks, then the tail's decodes) whose
     new blocks, decodes' and prompt's, are free."""
     bm = policy.bm
     held = bm.num_table_blocks[prompt.request_id]
     free, bs = bm.num_free_blocks, bm.block_size
-    decode_blocks = accumulate(_blocks_each_step(firsts, num_steps, bs, num_steps))
-    prompt_positions = accumulate([*chunks, *repeat(1, num_steps - len(chunks))])
-    for step, (positions, taken) in enumerate(zip(prompt_positions, decode_blocks)):
-        if taken + max(bm.blocks_for(prompt.num_processed + positions) - held, 0) > free:
+    taken = 0  # blocks the chunks' steps take
+    decode_blocks = accumulate(_blocks_each_step(firsts, len(chunks), bs, len(chunks)))
+    for step, (positions, decodes_taken) in enumerate(zip(accumulate(chunks), decode_blocks)):
+        taken = decodes_taken + max(bm.blocks_for(prompt.num_processed + positions) - held, 0)
+        if taken > free:
             return step
-    return num_steps
+    if num_steps == len(chunks):
+        return num_steps
+    # The tail: decodes, the prompt's the last, in the blocks the chunks leave free.
+    stored = prompt.num_processed + sum(chunks)
+    capacity = max(bm.blocks_for(stored), held) * bs
+    tail_firsts = [*firsts_after(firsts, len(chunks), bs), first_new_block_step(capacity, stored)]
+    return len(chunks) + max_steps_within(tail_firsts, bs, free - taken, num_steps - len(chunks))
 
 
 def accelerator_for(policy: Scheduler) -> DecodeRuns | None:

@@ -12,6 +12,11 @@ def first_new_block_step(capacity: int, stored: int) -> int:
     return capacity - stored + 1
 
 
+def firsts_after(firsts: list[int], num_steps: int, block_size: int) -> list[int]:
+    """Each request's first new-block step (`firsts`) counted again after `num_steps` decode steps."""
+    return [first - num_steps if first > num_steps else (first - num_steps - 1) % block_size + 1 for first in firsts]
+
+
 def max_steps_within(firsts: list[int], block_size: int, free: int, limit: int) -> int:
     """Most steps (<= limit) whose new blocks, for requests first needing one at `firsts`, fit in `free`."""
     if len(firsts) * (limit // block_size + 1) <= free:

@@ -253,17 +253,25 @@ def test_chunk_runs_take_a_prompts_chunks_at_once():
 
 def test_chunk_runs_go_on_with_the_completed_prompts_decodes():
     """Once its last chunk completes a prompt, the run goes on with its decodes beside the
-    others' (the tail), to the first finish: here the prompt's own, four outputs later."""
-    policy = make_policy("chunked_prefill", num_blocks=400, block_size=4, chunk_size=16, max_num_batched_tokens=17)
-    policy.add(req(0, 0.0, 8, 100), 0.0)
-    policy.complete(policy.schedule(0.0), 0.01)
-    policy.add(req(1, 0.01, 300, 5), 0.01)
-    plan = policy.schedule(0.01)  # the decode and the prompt's first chunk
-    run = ChunkRuns(policy).extend(plan, policy.complete(plan, 0.02), closed_loop=False)
-    assert len(run.chunks) == 18 and run.num_steps == 18 + 4  # 284 positions left: 17 chunks of 16, then 12
-    *_, tail = run.repeats()
-    assert list(tail.plan.decodes.request_ids) == [0, 1] and tail.num_steps == 4
-    assert run.num_leaving(22) == 1 and run.num_leaving(21) == 0
+    others' (the tail): past its finish, four outputs later, to the decoder's last output where
+    nothing waits; to the first finish in a closed loop (a finish releases requests)."""
+    def chunk_run(closed_loop: bool):  # noqa: ANN202
+        policy = make_policy("chunked_prefill", num_blocks=400, block_size=4, chunk_size=16,
+                             max_num_batched_tokens=17)
+        policy.add(req(0, 0.0, 8, 100), 0.0)
+        policy.complete(policy.schedule(0.0), 0.01)
+        policy.add(req(1, 0.01, 300, 5), 0.01)
+        plan = policy.schedule(0.01)  # the decode and the prompt's first chunk
+        return ChunkRuns(policy).extend(plan, policy.complete(plan, 0.02), closed_loop=closed_loop)
+
+    run = chunk_run(closed_loop=False)
+    # 284 positions left: 17 chunks of 16, then 12; then 4 steps with the prompt, 76 without it.
+    assert len(run.chunks) == 18 and run.num_steps == 98
+    *_, with_prompt, without = run.repeats()
+    assert list(with_prompt.plan.decodes.request_ids) == [0, 1] and with_prompt.num_steps == 4
+    assert (without.advance, without.without, without.num_steps) == (4, (1,), 76)
+    assert [run.num_leaving(steps) for steps in (21, 22, 97, 98)] == [0, 1, 1, 2]
+    assert chunk_run(closed_loop=True).num_steps == 22
     # The same, stepped and with runs, with a request delivered during the tail (it cuts it there).
     requests = [req(0, 0.0, 8, 100), req(1, 0.01, 300, 5), req(2, 0.245, 20, 3)]
     outcomes = both_ways(requests, lambda: make_policy("chunked_prefill", num_blocks=400, block_size=4,

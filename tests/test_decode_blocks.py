@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.decode_blocks import max_steps_within
+from simcore.decode_blocks import firsts_after, max_steps_within
 
 
 def _needed(firsts: list[int], block_size: int, num_steps: int) -> int:
@@ -45,3 +45,14 @@ def test_a_runs_new_blocks_step_by_step_match_a_count(block_size, firsts, num_st
     expected = [sum(1 for first, count in zip(firsts, counts)
                     if first <= step <= count and (step - first) % block_size == 0) for step in range(1, num_steps + 1)]
     assert per_step == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(block_size=st.integers(1, 20), firsts=st.lists(st.integers(1, 60), max_size=12), num_steps=st.integers(0, 90))
+def test_firsts_after_some_steps_count_the_same_blocks(block_size, firsts, num_steps):
+    """After `num_steps` steps, the next steps take the blocks the whole run's later steps take."""
+    after = firsts_after(firsts, num_steps, block_size)
+    assert all(first >= 1 for first in after)
+    for more in (0, 1, block_size, 3 * block_size + 1):
+        assert _needed(after, block_size, more) == (_needed(firsts, block_size, num_steps + more)
+                                                     - _needed(firsts, block_size, num_steps))
