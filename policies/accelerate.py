@@ -173,7 +173,8 @@ class StepRun:
         # retires them: a decoder that leaves before the last step frees its blocks and seat there.
         freed_blocks, freed_tokens, leaving = [0] * num_steps, [0] * num_steps, [0] * num_steps
         done = []
-        finishes = [(left, index) for index, left in enumerate(self.steps_left) if left <= num_steps]
+        finishes = [] if self.first_finish > num_steps else \
+            [(left, index) for index, left in enumerate(self.steps_left) if left <= num_steps]
         if completion is not None and prompt_finish <= num_steps:  # type: ignore[operator]
             finishes.append((prompt_finish, len(self.decoders)))  # (the batch's last)
         if finishes:
