@@ -444,8 +444,8 @@ class ChunkRuns(DecodeRuns):
             if room and room_from is None:
                 room_from = num_steps
             if not closed_loop and policy.runs_past_finishes():
-                room_from = min(room_from, first_finish, prompt_finish) if room_from is not None \
-                    else min(first_finish, prompt_finish)
+                if room_from is None:  # a finish frees a seat and budget: from the step after it
+                    room_from = min(first_finish, prompt_finish)
                 num_steps = max([prompt_finish, *steps_left])
             else:
                 num_steps = min(first_finish, prompt_finish)
