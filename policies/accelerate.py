@@ -16,11 +16,12 @@ policy, queue order and cost model both ways).
 - `ChunkRuns` (ChunkedPrefillPolicy, stall-free, registered for that exact class): also where
   one prompt is in progress beside the decodes, its next chunks (`chunk_for`) up to the one
   that completes it, then its decodes beside theirs (the tail), past finishes where the
-  generic runs go past them: steps whose budget the decodes and the chunk take whole admit
-  nothing, whatever waits. Its gain, against the generic runs alone (this class unregistered),
-  side by side in one process: the 10k chunked prefill reference run in 1.54 s against 1.82 s
-  (best of 3), 11,083 events against 28,224 (the tail's share: 13,517 events without it,
-  and 5% of the wall time, benchmarks/sim_speed.py --trees).
+  generic runs go past them (a finish's budget goes to the next chunks): steps whose budget
+  the decodes and the chunk take whole admit nothing, whatever waits. Its gain, against the
+  generic runs alone (this class unregistered), side by side in one process: the 10k chunked
+  prefill reference run in 1.59 s against 1.89 s (best of 3), 9,946 events against 28,224.
+  The tail's share: 13,517 events without it, 11,083 with it, 9,946 past finishes too; 5%
+  and 3% of the wall time (benchmarks/sim_speed.py --trees, best of 3 and of 5).
 
 `accelerator_for(policy)` picks the one registered for the policy's exact class, else
 `DecodeRuns`, where the class that wrote the policy's `fill` says its predicates describe it
@@ -31,8 +32,9 @@ policies.md, "Writing a policy").
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections.abc import Iterator
-from itertools import accumulate, repeat
+from itertools import accumulate, groupby, repeat
 
 from policies.base import Scheduler
 from policies.chunked_prefill import ChunkedPrefillPolicy
@@ -99,11 +101,10 @@ class StepRun:
 
     def repeats(self) -> Iterator[Repeat]:
         """The run's steps as cost models see them: a plan and the steps that repeat it."""
-        base = self._plan(0, self.chunks[0] if self.prompt is not None else 0)
         if self.prompt is not None:
-            yield from self._chunk_repeats(base)
+            yield from self._chunk_repeats()
             return
-        yield from _stretches(base, self.steps_left, self.num_steps)
+        yield from _stretches(self._plan(0, 0), self.steps_left, self.num_steps)
 
     def _plan(self, step: int, chunk: int, completes: bool = False) -> StepPlan:
         """The plan of the run's step `step` (from 0): the decodes, and the prompt's `chunk`
@@ -111,7 +112,7 @@ class StepRun:
         prompt = self.prompt
         listed = ()
         if prompt is not None:
-            context = self.prompt_context + step * self.chunks[0]
+            context = self.prompt_context + sum(self.chunks[:step])
             listed = (ScheduledSeq(prompt.request_id, chunk, context, completes, prompt.prompt_len),)
         return StepPlan(self.plan.step_id + 1 + step, listed, decodes=self._decodes_at(step))
 
@@ -126,28 +127,35 @@ class StepRun:
         return StepPlan(self.plan.step_id + 1 + step, (), decodes=decodes)
 
     def _decodes_at(self, step: int) -> Decodes:
-        """The decoders' decodes in the run's step `step` (from 0)."""
+        """The decodes in the run's step `step` (from 0) of the decoders still decoding in it."""
         if self._decodes is None:
             decoders = self.decoders
             self._decodes = Decodes(self.ids, [request.num_processed for request in decoders],
                                     [request.prompt_len for request in decoders])
         decodes = self._decodes
+        if step >= self.first_finish:  # without those that left (at their last output)
+            kept = [index for index, left in enumerate(self.steps_left) if left > step]
+            decodes = Decodes(*([column[index] for index in kept] for column in decodes))
         if step:
             decodes = decodes._replace(context_lens=[context + step for context in decodes.context_lens])
         return decodes
 
-    def _chunk_repeats(self, base: StepPlan) -> Iterator[Repeat]:
-        """The decodes with the prompt's whole chunks, then the step of its last chunk, then the
-        tail: the decodes with the prompt's."""
+    def _chunk_repeats(self) -> Iterator[Repeat]:
+        """The decodes with the prompt's whole chunks, a repeat for each stretch of equal chunks
+        and decoders (one leaves after its last output), then the step of its last chunk, then
+        the tail: the decodes with the prompt's."""
         prompt, chunks, completes = self.prompt, self.chunks, self.completes
         assert prompt is not None
         body = len(chunks) - completes
-        if body:
-            yield Repeat(base, body)
+        leaving = sorted(self.steps_left)
+        for (chunk, _), steps in groupby(range(body), key=lambda step: (chunks[step], bisect_right(leaving, step))):
+            first, *rest = steps
+            yield Repeat(self._plan(first, chunk), 1 + len(rest))
         if completes:
             yield Repeat(self._plan(body, chunks[-1], completes=True), 1)
-        if self.num_steps > len(chunks):  # the tail: the decoders, then the prompt (its finish last)
-            steps_left = [*(left - len(chunks) for left in self.steps_left), self.prompt_finish - len(chunks)]
+        if self.num_steps > len(chunks):  # the tail: the decoders left, then the prompt (its finish last)
+            steps_left = [*(left - len(chunks) for left in self.steps_left if left > len(chunks)),
+                          self.prompt_finish - len(chunks)]
             yield from _stretches(self._tail_plan(), steps_left, self.num_steps - len(chunks))
 
     def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
@@ -400,10 +408,10 @@ class ChunkRuns(DecodeRuns):
         (stall-free) does when no swapped request waits and nothing is admitted, and once its
         last chunk completes it, the steps in which it decodes with the others (the tail).
         Admission is tried only in a step whose budget the decodes and the chunk leave room in
-        (`room_from`): the run stops before one while requests wait. The chunks stop at the first
-        finish, whose seat and budget change the next ones; the tail goes on past finishes where
-        the policy allows (`runs_past_finishes`), as the generic runs do. It runs where blocks are
-        counted only."""
+        (`room_from`): the run stops before one while requests wait. It stops at the first
+        finish, or goes on past finishes where the policy allows (`runs_past_finishes`), as the
+        generic runs do: a finish frees budget the next chunks take, and a seat. It runs where
+        blocks are counted only."""
         policy = self.policy
         running = policy.running
         if not running or policy.order != "stall_free" or policy.bm.tracks_block_ids or policy.swapped \
@@ -415,14 +423,17 @@ class ChunkRuns(DecodeRuns):
         steps_left = [request.num_target_outputs - request.num_outputs for request in decoders]
         pending = prompt.num_pending
         first_finish = min(steps_left) if steps_left else math.inf
-        options, num_decodes = policy.options, len(decoders)
-        tokens_left = options.max_num_batched_tokens - num_decodes
-        seats_left = options.max_num_seqs - num_decodes - 1
+        past_finishes = not closed_loop and policy.runs_past_finishes()
+        options, leaving = policy.options, sorted(steps_left)
         recompute = prompt.num_outputs > 0
-        # The prompt's chunks, one a step, to its last, while no decoder finishes.
+        # The prompt's chunks, one a step, to its last, while no decoder finishes or past
+        # finishes, each in the budget and seats the decoders still decoding leave.
         chunks: list[int] = []
         room_from = None
-        while pending > 0 and len(chunks) < first_finish:
+        while pending > 0 and (past_finishes or len(chunks) < first_finish):
+            num_decodes = len(leaving) - bisect_right(leaving, len(chunks))
+            tokens_left = options.max_num_batched_tokens - num_decodes
+            seats_left = options.max_num_seqs - num_decodes - 1
             chunk = policy.chunk_for(pending, tokens_left)
             if chunk < 1 or (recompute and chunk == 1):
                 break  # no budget; or a recompute's one position, which a step counts as a decode
@@ -438,14 +449,17 @@ class ChunkRuns(DecodeRuns):
         # budget are left beside the decodes, and after a finish, which admission tries (the
         # run stops before them while requests wait).
         outputs_after = prompt.num_target_outputs - prompt.num_outputs - 1
-        room = seats_left > 0 and tokens_left > 1
-        if not pending and outputs_after and first_finish > num_steps and not (room and policy.waiting):
+        num_decodes = len(leaving) - bisect_right(leaving, num_steps)
+        room = options.max_num_seqs - num_decodes - 1 > 0 and options.max_num_batched_tokens - num_decodes > 1
+        if not pending and outputs_after and (past_finishes or first_finish > num_steps) \
+                and not (room and policy.waiting):
             prompt_finish = num_steps + outputs_after
             if room and room_from is None:
                 room_from = num_steps
-            if not closed_loop and policy.runs_past_finishes():
+            if past_finishes:
                 if room_from is None:  # a finish frees a seat and budget: from the step after it
-                    room_from = min(first_finish, prompt_finish)
+                    later = [left for left in leaving if left > num_steps]
+                    room_from = min([prompt_finish, *later[:1]])
                 num_steps = max([prompt_finish, *steps_left])
             else:
                 num_steps = min(first_finish, prompt_finish)

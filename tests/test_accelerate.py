@@ -280,6 +280,29 @@ def test_chunk_runs_go_on_with_the_completed_prompts_decodes():
     assert_same(outcomes)
 
 
+def test_chunk_runs_go_on_past_finishes_with_the_budget_they_free():
+    """Where nothing waits, a decoder's finish does not end a chunk run: the next chunks take
+    the budget it frees (15 positions beside two decodes, 16 beside one)."""
+    def make():  # noqa: ANN202
+        return make_policy("chunked_prefill", num_blocks=400, block_size=4, chunk_size=64, max_num_batched_tokens=17)
+
+    policy = make()
+    for request in (req(0, 0.0, 8, 100), req(1, 0.0, 8, 6)):
+        policy.add(request, 0.0)
+    policy.complete(policy.schedule(0.0), 0.01)
+    policy.add(req(2, 0.01, 300, 5), 0.01)
+    plan = policy.schedule(0.01)  # two decodes and the prompt's first chunk
+    run = ChunkRuns(policy).extend(plan, policy.complete(plan, 0.02), closed_loop=False)
+    assert run.chunks[:6] == [15, 15, 15, 15, 16, 16] and run.steps_left[1] == 4
+    first, second, *_ = run.repeats()
+    assert [(len(r.plan.decodes.request_ids), r.plan.listed[0].num_new_tokens, r.num_steps)
+            for r in (first, second)] == [(2, 15, 4), (1, 16, 14)]
+    assert second.plan.listed[0].context_len == 15 * 5  # (the planned step's chunk, then four)
+    requests = [req(0, 0.0, 8, 100), req(1, 0.0, 8, 6), req(2, 0.01, 300, 5), req(3, 0.1, 40, 3)]
+    outcomes = both_ways(requests, make, cost_model("constant"))
+    assert_same(outcomes)
+
+
 def test_weighted_percentiles_equal_the_expanded_list():
     import numpy as np
 
