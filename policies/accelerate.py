@@ -288,9 +288,8 @@ class StepRun:
         held = held_before = bm.num_table_blocks[request_id]
         bm.append(request_id, total)
         resuming = request_id in policy.preempted_at
-        # Step by step: blocks, and a recompute back where it was.
-        for step, num_new in enumerate([*chunks, *repeat(1, num_decodes)]):
-            prompt.num_processed += num_new
+        for step, chunk in enumerate(chunks):  # step by step: blocks, and a recompute back where it was
+            prompt.num_processed += chunk
             grown = max(bm.blocks_for(prompt.num_processed), held_before)
             new_blocks[step] += grown - held
             held = grown
@@ -301,7 +300,11 @@ class StepRun:
             return chunks, None, []
         completion = len(chunks) - 1
         gaps = policy.select_outputs([prompt], step_ends[completion])
-        if num_decodes:
+        if num_decodes:  # the tail: its decodes' blocks as a decoder's, from the step after its last chunk
+            first = len(chunks) + first_new_block_step(held * bm.block_size, prompt.num_processed)
+            tail_blocks = _blocks_each_step([first], [len(chunks) + num_decodes], bm.block_size, num_steps)
+            new_blocks[:] = [count + more for count, more in zip(new_blocks, tail_blocks)]
+            prompt.num_processed += num_decodes
             prompt.num_outputs += num_decodes
             prompt.last_token_s = times[completion + num_decodes]
         return [*chunks, *repeat(0, num_steps - len(chunks))], completion, gaps
