@@ -127,36 +127,39 @@ class StepRun:
         return StepPlan(self.plan.step_id + 1 + step, (), decodes=decodes)
 
     def _decodes_at(self, step: int) -> Decodes:
-        """The decodes in the run's step `step` (from 0) of the decoders still decoding in it."""
+        """Every decoder's decode in the run's step `step` (from 0), those that left before it
+        too (a repeat's `without` leaves them out: `_stretches`)."""
         if self._decodes is None:
             decoders = self.decoders
             self._decodes = Decodes(self.ids, [request.num_processed for request in decoders],
                                     [request.prompt_len for request in decoders])
         decodes = self._decodes
-        if step >= self.first_finish:  # without those that left (at their last output)
-            kept = [index for index, left in enumerate(self.steps_left) if left > step]
-            decodes = Decodes(*([column[index] for index in kept] for column in decodes))
         if step:
             decodes = decodes._replace(context_lens=[context + step for context in decodes.context_lens])
         return decodes
 
     def _chunk_repeats(self) -> Iterator[Repeat]:
-        """The decodes with the prompt's whole chunks, a repeat for each stretch of equal chunks
-        and decoders (one leaves after its last output), then the step of its last chunk, then
-        the tail: the decodes with the prompt's."""
+        """The decodes with the prompt's whole chunks, a stretch of equal chunks at a time, then
+        the step of its last chunk, then the tail: the decodes with the prompt's. Decoders leave
+        after their last output (`_stretches`); the prompt runs in every step."""
         prompt, chunks, completes = self.prompt, self.chunks, self.completes
         assert prompt is not None
         body = len(chunks) - completes
-        leaving = sorted(self.steps_left)
-        for (chunk, _), steps in groupby(range(body), key=lambda step: (chunks[step], bisect_right(leaving, step))):
-            first, *rest = steps
-            yield Repeat(self._plan(first, chunk), 1 + len(rest))
+        start = 0
+        for chunk, stretch in groupby(chunks[:body]):
+            num_steps = len(list(stretch))
+            yield from self._from_step(start, self._plan(start, chunk), num_steps, num_steps)
+            start += num_steps
         if completes:
-            yield Repeat(self._plan(body, chunks[-1], completes=True), 1)
-        if self.num_steps > len(chunks):  # the tail: the decoders left, then the prompt (its finish last)
-            steps_left = [*(left - len(chunks) for left in self.steps_left if left > len(chunks)),
-                          self.prompt_finish - len(chunks)]
-            yield from _stretches(self._tail_plan(), steps_left, self.num_steps - len(chunks))
+            yield from self._from_step(body, self._plan(body, chunks[-1], completes=True), 1, 1)
+        if self.num_steps > len(chunks):
+            yield from self._from_step(len(chunks), self._tail_plan(), self.prompt_finish - len(chunks),
+                                       self.num_steps - len(chunks))
+
+    def _from_step(self, step: int, base: StepPlan, prompt_left: int, num_steps: int) -> Iterator[Repeat]:
+        """`num_steps` steps of `base`, the plan of the run's step `step`: the decoders, each to its
+        last output, then the prompt, for `prompt_left` steps."""
+        yield from _stretches(base, [*(left - step for left in self.steps_left), prompt_left], num_steps)
 
     def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
         """Complete the run's first len(step_ends) steps (after the planned one's `complete`)."""

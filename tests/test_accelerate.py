@@ -294,10 +294,11 @@ def test_chunk_runs_go_on_past_finishes_with_the_budget_they_free():
     plan = policy.schedule(0.01)  # two decodes and the prompt's first chunk
     run = ChunkRuns(policy).extend(plan, policy.complete(plan, 0.02), closed_loop=False)
     assert run.chunks[:6] == [15, 15, 15, 15, 16, 16] and run.steps_left[1] == 4
-    first, second, *_ = run.repeats()
-    assert [(len(r.plan.decodes.request_ids), r.plan.listed[0].num_new_tokens, r.num_steps)
-            for r in (first, second)] == [(2, 15, 4), (1, 16, 14)]
-    assert second.plan.listed[0].context_len == 15 * 5  # (the planned step's chunk, then four)
+    first, second, *_ = (repeat.kept_plan() for repeat in run.repeats())  # (the batch each runs)
+    assert [(len(plan.decodes.request_ids), plan.listed[0].num_new_tokens) for plan in (first, second)] \
+        == [(2, 15), (1, 16)]
+    assert [repeat.num_steps for repeat in run.repeats()][:2] == [4, 14]
+    assert second.listed[0].context_len == 15 * 5  # (the planned step's chunk, then four)
     requests = [req(0, 0.0, 8, 100), req(1, 0.0, 8, 6), req(2, 0.01, 300, 5), req(3, 0.1, 40, 3)]
     outcomes = both_ways(requests, make, cost_model("constant"))
     assert_same(outcomes)
