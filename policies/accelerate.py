@@ -35,6 +35,7 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterator
 from itertools import accumulate, groupby, repeat
+from operator import add, sub
 
 from policies.base import Scheduler
 from policies.chunked_prefill import ChunkedPrefillPolicy
@@ -202,10 +203,9 @@ class StepRun:
         first_id = policy.num_steps
         policy.num_steps += num_steps
         # Each step's counts: in it, and after it (the last step's, as the state reads now).
-        running = [num_running - gone for gone in accumulate(leaving)]
-        blocks = [blocks_before + held for held in accumulate(a - b for a, b in zip(new_blocks, freed_blocks))]
-        resident = [resident_before + held for held in accumulate(a + c - b for a, c, b in
-                                                                  zip(decoding, chunks, freed_tokens))]
+        running = list(accumulate(leaving, sub, initial=num_running))[1:]
+        blocks = list(accumulate(map(sub, new_blocks, freed_blocks), initial=blocks_before))[1:]
+        resident = list(accumulate(map(sub, map(add, decoding, chunks), freed_tokens), initial=resident_before))[1:]
         running[-1], blocks[-1], resident[-1] = len(policy.running), bm.num_used_blocks, policy.num_resident_tokens
         selected = decoding
         if completion is not None:
@@ -359,7 +359,8 @@ def _active(taken: list[int], num_steps: int) -> list[int]:
     num_taking = [0] * (num_steps + 1)
     for count in taken:
         num_taking[count] += 1
-    return [len(taken) - gone for gone in accumulate(num_taking[:num_steps])]
+    num_decoders = len(taken)
+    return [num_decoders - gone for gone in accumulate(num_taking[:num_steps])]
 
 
 def _column(values: list[int]) -> int | list[int]:

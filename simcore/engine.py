@@ -134,8 +134,8 @@ _LATE = 2
 FLUSH_EVERY = 4096
 # Events between two calls of `on_progress` (a callback that checks the wall clock itself).
 PROGRESS_EVERY = 256
-# Steps of a run priced at first (its first lookahead), then twice as many each time (`_take_steps`).
-FIRST_LOOKAHEAD = 16
+# Steps of a run priced at once where nothing is due to cut it (`_lookahead`).
+MAX_LOOKAHEAD = 4096
 # New containers between the collector's young passes during a run (see `_collector_for_a_run`).
 GC_YOUNG_THRESHOLD = 100_000
 
@@ -204,6 +204,7 @@ class Engine:
         # (ticks: its arrival, or later where a router delays it).
         self.inbox: list[Request] = []
         self._inbox_ticks: list[int] = []
+        self.num_delivered = 0
         # Sources that may still deliver requests (a trace, each released follow-up turn), or
         # free blocks the policy holds for them (a transfer under way).
         self.num_open_sources = 0
@@ -212,6 +213,10 @@ class Engine:
         self._wake: Event | None = None
         # The run under way, while its steps are taken (see `observe`).
         self._open_run: _OpenRun | None = None
+        # The length of the last decode-only step of a run priced (ticks): the next run's are
+        # likely alike (the batch changes by a request or so between runs), so it sizes their
+        # lookahead (a prompt's chunks, longer, are few: their stretch is priced whole).
+        self._run_step_ticks = 1
         self._num_rejected_seen = 0
         self._wall_start = time.perf_counter()
         self.process = env.process(self._serve())
@@ -225,6 +230,7 @@ class Engine:
             return
         self.inbox.append(request)
         self._inbox_ticks.append(self.env.now)
+        self.num_delivered += 1
         self.wake()
         self._cut_for_deliveries()
 
@@ -373,9 +379,18 @@ class Engine:
         run = None
         # (A finish releases requests when its step ends: not after a run.)
         if self.accelerator is not None and not (closed_loop and finished):
+            if env.peek() < end:
+                # An event is due before the step ends: the run is asked for once it has ended
+                # (nothing but the inbox changed), unless it delivered requests: the next
+                # step plans them.
+                num_delivered = self.num_delivered
+                yield _Late(env, duration)
+                if self.num_delivered > num_delivered:
+                    return finished
             run = self.accelerator.extend(plan, finished, closed_loop=closed_loop)
         if run is None:
-            yield _Late(env, duration)
+            if env.now < end:
+                yield _Late(env, end - env.now)
             if self.on_step is not None:
                 self.on_step(to_seconds(end))
             return finished
@@ -387,17 +402,18 @@ class Engine:
         open_run = self._open_run = _OpenRun(run, end, run.num_steps, len(self.inbox), closed_loop)
         ends = open_run.ends
         rest: Repeat | None = None  # what is left of the repeat being priced
-        lookahead = FIRST_LOOKAHEAD
         while True:
-            # The next lookahead of steps, within the run's limit and before the horizon: each
-            # is twice the last, so a cut wastes the pricing of at most one while long runs wake
-            # rarely; none while an event due before the steps taken end may cut the run there.
-            if len(ends) < open_run.limit and (open_run.taken_until < env.peek() or env.now >= open_run.taken_until):
+            # Lookaheads of steps, within the run's limit and before the horizon, until the steps
+            # taken reach the next event due: none while it may cut the run before they end.
+            while len(ends) < open_run.limit and (open_run.taken_until < env.peek() or env.now >= open_run.taken_until):
                 if rest is None:
                     rest = next(repeats)
-                head, rest = _split(rest, min(lookahead, open_run.limit - len(ends)))
-                priced = self._price(head, open_run.taken_until, plan.step_id + 1 + len(ends))
-                lookahead *= 2
+                start = open_run.taken_until
+                num_steps = _lookahead(env.peek() - start, self._run_step_ticks, open_run.limit - len(ends))
+                head, rest = _split(rest, num_steps)
+                priced = self._price(head, start, plan.step_id + 1 + len(ends))
+                if not head.plan.num_prefill_tokens:
+                    self._run_step_ticks = priced[-1] - (priced[-2] if len(priced) > 1 else start)
                 take = bisect_left(priced, horizon)
                 if take < len(priced):
                     open_run.limit = len(ends) + take
@@ -559,6 +575,16 @@ def _split(repeat: Repeat, num_steps: int) -> tuple[Repeat, Repeat | None]:
         return repeat, None
     return (repeat._replace(num_steps=num_steps),
             repeat._replace(num_steps=repeat.num_steps - num_steps, advance=repeat.advance + num_steps))
+
+
+def _lookahead(until_next: float, step_ticks: int, num_left: int) -> int:
+    """Steps of a run to price next: as many as reach the next event due (`until_next` ticks
+    away, infinite where none is), at `step_ticks` a step (a run's steps change slowly: the same
+    batch, a position longer), so that the event finds the steps taken ending soon after it
+    and the pricing of few steps is wasted where it cuts the run; at most `num_left`."""
+    if until_next == math.inf:
+        return min(num_left, MAX_LOOKAHEAD)
+    return max(1, min(num_left, -(-int(until_next) // max(step_ticks, 1))))
 
 
 def _num_started(end: int, ends: list[int], now: int) -> int:

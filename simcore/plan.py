@@ -65,7 +65,7 @@ class StepPlan:
 
     __slots__ = ("step_id", "decodes", "listed", "blocks_to_copy", "blocks_to_swap_out", "blocks_to_swap_in",
                  "block_bytes", "preempted_ids", "admitted_ids", "group_step", "num_batched_tokens", "num_prefill_tokens",
-                 "num_decode_tokens", "num_selecting", "_seqs")
+                 "num_decode_tokens", "num_selecting", "num_seqs", "_seqs")
 
     def __init__(
         self,
@@ -104,7 +104,7 @@ class StepPlan:
         # planned; k for the k-th step after it, which repeats that schedule with no pass (a
         # cost model charges it no CPU scheduling time).
         self.group_step = group_step
-        # Token counts, derived once (read by cost models and step records).
+        # Counts, derived once (read by cost models and step records).
         num_decodes = len(decodes.request_ids)
         batched = prefill = 0
         decode = selecting = num_decodes
@@ -116,6 +116,7 @@ class StepPlan:
                 prefill += seq.num_new_tokens
             if seq.selects_token:
                 selecting += 1
+        self.num_seqs = num_decodes + len(seqs)
         self.num_batched_tokens = batched + num_decodes
         self.num_prefill_tokens = prefill
         self.num_decode_tokens = decode
@@ -130,10 +131,6 @@ class StepPlan:
             self._seqs = (*(ScheduledSeq(request_id, 1, context, True, prompt_len) for request_id, context, prompt_len
                             in zip(decodes.request_ids, decodes.context_lens, decodes.prompt_lens)), *self.listed)
         return self._seqs
-
-    @property
-    def num_seqs(self) -> int:
-        return len(self.decodes.request_ids) + len(self.listed)
 
     @property
     def moves_blocks(self) -> bool:

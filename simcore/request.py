@@ -82,11 +82,12 @@ class Request:
     swap_delay_s: float = 0.0
     recompute_delay_s: float = 0.0
 
-    # Derived once (read in every step's hot loop): min(output_len, max_tokens).
-    _num_target: int = field(init=False, repr=False, compare=False, default=0)
+    # Outputs this request will produce: the workload's length, capped by max_tokens (derived
+    # once; a disaggregated cluster's legs set their own).
+    num_target_outputs: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
-        self._num_target = self.output_len if self.max_tokens is None else min(self.output_len, self.max_tokens)
+        self.num_target_outputs = self.output_len if self.max_tokens is None else min(self.output_len, self.max_tokens)
         if self.prompt_len < 1:
             raise ValueError(f"request {self.request_id}: prompt_len must be >= 1, got {self.prompt_len}")
         if self.output_len < 1:
@@ -111,14 +112,14 @@ class Request:
         new.num_prefix_hit_tokens = self.num_prefix_hit_tokens
         new.num_recomputed_tokens = self.num_recomputed_tokens
         new.swap_delay_s, new.recompute_delay_s = self.swap_delay_s, self.recompute_delay_s
-        new._num_target = self._num_target
+        new.num_target_outputs = self.num_target_outputs
         return new
 
     def prefill_leg(self) -> Request:
         """A copy that stops at its first output: its prefill on a disaggregated cluster's
         prefill replica."""
         leg = self.copy()
-        leg._num_target = 1
+        leg.num_target_outputs = 1
         return leg
 
     def decode_leg(self, template: Request, arrived_s: float) -> Request:
@@ -126,16 +127,11 @@ class Request:
         outputs to go, its prompt's KV arriving with it, and its first output delivered at
         `arrived_s`, when that KV arrived."""
         leg = self.copy()
-        leg._num_target = template._num_target
+        leg.num_target_outputs = template.num_target_outputs
         leg.status, leg.num_processed, leg.finish_s = Status.WAITING, 0, None
         leg.num_kv_ready = self.prompt_len
         leg.first_token_s = leg.last_token_s = arrived_s
         return leg
-
-    @property
-    def num_target_outputs(self) -> int:
-        """Outputs this request will produce: the workload's length, capped by max_tokens."""
-        return self._num_target
 
     @property
     def num_tokens(self) -> int:
