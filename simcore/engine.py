@@ -87,11 +87,13 @@ class Run(Protocol):
 
 
 class Accelerator(Protocol):
-    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> Run | None:
+    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool,
+               delivered: Sequence[Request] = ()) -> Run | None:
         """The steps certain to follow `plan` (completed: the policy's state is the one it
         leaves; `finished` left in it), or None. With `closed_loop`, a finish releases requests
         (follow-up turns, a closed-loop client's next): a run ends at its first finish, and
-        every delivery cuts it."""
+        every delivery cuts it. `delivered`: requests delivered while `plan`'s step ran (the
+        policy has not seen them): None where one would cut the run before its first step."""
 
 
 @dataclass
@@ -204,7 +206,6 @@ class Engine:
         # (ticks: its arrival, or later where a router delays it).
         self.inbox: list[Request] = []
         self._inbox_ticks: list[int] = []
-        self.num_delivered = 0
         # Sources that may still deliver requests (a trace, each released follow-up turn), or
         # free blocks the policy holds for them (a transfer under way).
         self.num_open_sources = 0
@@ -230,7 +231,6 @@ class Engine:
             return
         self.inbox.append(request)
         self._inbox_ticks.append(self.env.now)
-        self.num_delivered += 1
         self.wake()
         self._cut_for_deliveries()
 
@@ -380,14 +380,11 @@ class Engine:
         # (A finish releases requests when its step ends: not after a run.)
         if self.accelerator is not None and not (closed_loop and finished):
             if env.peek() < end:
-                # An event is due before the step ends: the run is asked for once it has ended
-                # (nothing but the inbox changed), unless it delivered requests: the next
-                # step plans them.
-                num_delivered = self.num_delivered
+                # An event is due before the step ends: the run is asked for once it has
+                # ended, with what it delivered (the inbox, empty when the step started).
                 yield _Late(env, duration)
-                if self.num_delivered > num_delivered:
-                    return finished
-            run = self.accelerator.extend(plan, finished, closed_loop=closed_loop)
+            if not (closed_loop and self.inbox):  # (in a closed loop every delivery cuts a run)
+                run = self.accelerator.extend(plan, finished, closed_loop=closed_loop, delivered=self.inbox)
         if run is None:
             if env.now < end:
                 yield _Late(env, end - env.now)
@@ -399,8 +396,9 @@ class Engine:
         # cuts them where the run stops being certain and wakes it to sleep until then.
         repeats = run.repeats()
         horizon = self.horizon if self.horizon is not None else math.inf
-        open_run = self._open_run = _OpenRun(run, end, run.num_steps, len(self.inbox), closed_loop)
+        open_run = self._open_run = _OpenRun(run, end, run.num_steps, 0, closed_loop)
         ends = open_run.ends
+        self._cut_for_deliveries()  # (those of the planned step, if any, cut it first)
         rest: Repeat | None = None  # what is left of the repeat being priced
         while True:
             # Lookaheads of steps, within the run's limit and before the horizon, until the steps
