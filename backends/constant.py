@@ -42,7 +42,7 @@ class ConstantCostModel:
     def repeat_times(self, repeat: Repeat) -> list[float]:
         """Times of a repeat's steps, bit-equal to step_time: a step's time does not depend on
         context, so every step takes its plan's (which moves no blocks)."""
-        plan = repeat.kept_plan()
+        plan = repeat.plan
         return [self.step_time(plan)] * repeat.num_steps
 
     def transfer_time(self, plan: StepPlan) -> float:

@@ -404,7 +404,7 @@ class ProfiledCostModel:
         that grow with context worked out in integers per step (a decode's context grows by
         one a step, a prompt chunk's by the chunk), the rest as `plan_shape` gives them, through
         the same sum."""
-        plan = repeat.kept_plan()
+        plan = repeat.plan
         decodes = [*plan.decodes.context_lens, *(seq.context_len for seq in plan.listed if seq.is_decode)]
         prompts = [(seq.num_new_tokens, seq.context_len) for seq in plan.listed if not seq.is_decode]
         if any(q == 1 for q, _ in prompts):

@@ -314,7 +314,7 @@ class RooflineCostModel:
             # Sliding layers cap each context at the window, so their sums do not advance linearly
             # with the step: price each step's plan instead (what simcore.pricing does by default).
             return [self.step_time(step_plan) for step_plan in repeat.plans()]
-        plan = repeat.kept_plan()
+        plan = repeat.plan
         num_tokens, num_selecting, sum_context, attn_work, sum_squares = _sums(plan)
         dense, comm, overhead = self._step_fixed_parts(plan, num_tokens, num_selecting)
         # (No transfers: a repeat's plan moves no blocks; x + 0.0 and max(x, 0.0) are x.)

@@ -129,7 +129,7 @@ class StepRun:
 
     def _decodes_at(self, step: int) -> Decodes:
         """Every decoder's decode in the run's step `step` (from 0), those that left before it
-        too (a repeat's `without` leaves them out: `_stretches`)."""
+        too (`_stretches` leaves them out)."""
         if self._decodes is None:
             decoders = self.decoders
             self._decodes = Decodes(self.ids, [request.num_processed for request in decoders],
@@ -342,7 +342,8 @@ def _stretches(base: StepPlan, steps_left: list[int], num_steps: int) -> Iterato
     for finish in sorted(set(steps_left)):
         if finish > done:
             steps = min(finish, num_steps) - done
-            yield Repeat(base, steps, done, tuple(i for i, left in enumerate(steps_left) if left <= done))
+            gone = [index for index, left in enumerate(steps_left) if left <= done]
+            yield Repeat(base.without(gone) if gone else base, steps, done)
             done += steps
         if done >= num_steps:
             return

@@ -182,21 +182,16 @@ class Repeat(NamedTuple):
     """`num_steps` steps of one shape, as a run hands them to a cost model. Step j (from 0) is
     `plan` advanced by `advance + j` steps: each of its requests processes as many positions as
     in `plan` (a decode one, a prompt chunk its chunk), on a context longer by that many times
-    what it processes, and selects the same tokens; but for the sequences at the indices in
-    `without` (requests that left the batch: a run past finishes). Such a plan moves no blocks."""
+    what it processes, and selects the same tokens. Such a plan moves no blocks. (Past a finish,
+    a run goes on with a repeat of its plan `without` those that left.)"""
 
     plan: StepPlan
     num_steps: int
     advance: int = 0
-    without: tuple[int, ...] = ()
-
-    def kept_plan(self) -> StepPlan:
-        """`plan` without the sequences at the indices in `without`: the batch its steps advance."""
-        return self.plan.without(self.without) if self.without else self.plan
 
     def plans(self) -> Iterator[StepPlan]:
         """Every step's plan, in order (what `simcore.pricing.repeat_times` prices by default)."""
-        plan, kept = self.plan, self.kept_plan().seqs
+        plan = self.plan
         for step in range(self.advance, self.advance + self.num_steps):
-            seqs = tuple(seq._replace(context_len=seq.context_len + step * seq.num_new_tokens) for seq in kept)
+            seqs = tuple(seq._replace(context_len=seq.context_len + step * seq.num_new_tokens) for seq in plan.seqs)
             yield plan.with_seqs(seqs, plan.step_id + step)

@@ -269,7 +269,7 @@ def test_chunk_runs_go_on_with_the_completed_prompts_decodes():
     assert len(run.chunks) == 18 and run.num_steps == 98
     *_, with_prompt, without = run.repeats()
     assert list(with_prompt.plan.decodes.request_ids) == [0, 1] and with_prompt.num_steps == 4
-    assert (without.advance, without.without, without.num_steps) == (4, (1,), 76)
+    assert (without.advance, list(without.plan.decodes.request_ids), without.num_steps) == (4, [0], 76)
     assert [run.num_leaving(steps) for steps in (21, 22, 97, 98)] == [0, 1, 1, 2]
     assert chunk_run(closed_loop=True).num_steps == 22
     # The same, stepped and with runs, with a request delivered during the tail (it cuts it there).
@@ -294,7 +294,7 @@ def test_chunk_runs_go_on_past_finishes_with_the_budget_they_free():
     plan = policy.schedule(0.01)  # two decodes and the prompt's first chunk
     run = ChunkRuns(policy).extend(plan, policy.complete(plan, 0.02), closed_loop=False)
     assert run.chunks[:6] == [15, 15, 15, 15, 16, 16] and run.steps_left[1] == 4
-    first, second, *_ = (repeat.kept_plan() for repeat in run.repeats())  # (the batch each runs)
+    first, second, *_ = (repeat.plan for repeat in run.repeats())
     assert [(len(plan.decodes.request_ids), plan.listed[0].num_new_tokens) for plan in (first, second)] \
         == [(2, 15), (1, 16)]
     assert [repeat.num_steps for repeat in run.repeats()][:2] == [4, 14]

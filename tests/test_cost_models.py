@@ -4,7 +4,7 @@ A cost model needs only `step_time`; `simcore.pricing.repeat_times` builds a run
 it, and a model may offer its own `repeat_times` as a faster way to the same numbers. Here
 every model in the registry that offers one is checked against `step_time` on each step's plan,
 bit for bit, on random runs: decodes (one by one or as columns), prompt chunks, a chunk that completes its prompt, repeats
-that start some steps on (`advance`) and requests that left (`without`).
+that start some steps on (`advance`) and plans without requests that left (`StepPlan.without`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def random_repeats(rng: random.Random) -> list[Repeat]:
             plan = StepPlan(plan.step_id, tuple(seqs[len(decodes):]), decodes=Decodes(
                 [seq.request_id for seq in decodes], [seq.context_len for seq in decodes],
                 [seq.prompt_len for seq in decodes]))
-        repeats.append(Repeat(plan, num_steps, rng.randint(0, 5), without))
+        repeats.append(Repeat(plan.without(without) if without else plan, num_steps, rng.randint(0, 5)))
     return repeats
 
 
@@ -120,7 +120,7 @@ def test_a_model_with_step_time_only_is_priced_step_by_step():
 
     model = Counting()
     plan = StepPlan(7, (ScheduledSeq(1, 1, 10, True, 5), ScheduledSeq(2, 4, 3, False, 100)))
-    times = [t for repeat in [Repeat(plan, 3, 2, ()), Repeat(plan, 1, 0, (0,))] for t in repeat_times(model, repeat)]
+    times = [t for repeat in [Repeat(plan, 3, 2), Repeat(plan.without((0,)), 1, 0)] for t in repeat_times(model, repeat)]
     assert [p.step_id for p in model.plans] == [9, 10, 11, 7]
     assert [[seq.context_len for seq in p.seqs] for p in model.plans] == [[12, 11], [13, 15], [14, 19], [3]]
     assert times == [0.001 * (1 + 23), 0.001 * (1 + 28), 0.001 * (1 + 33), 0.001 * 4]

@@ -38,6 +38,6 @@ def test_a_plan_pickles_and_copies_as_its_sequences():
 
 
 def test_a_repeat_advances_every_context_by_its_new_positions():
-    plans = list(Repeat(_columns(), 2, advance=1, without=(0,)).plans())
+    plans = list(Repeat(_columns().without((0,)), 2, advance=1).plans())
     assert [p.step_id for p in plans] == [6, 7]
     assert [s.context_len for s in plans[1].seqs] == [47, 14, 256]
