@@ -400,6 +400,7 @@ class Engine:
         ends = open_run.ends
         self._cut_for_deliveries()  # (those of the planned step, if any, cut it first)
         rest: Repeat | None = None  # what is left of the repeat being priced
+        at_least = 1  # steps a lookahead prices at least: twice as many after each wake-up uncut
         while True:
             # Lookaheads of steps, within the run's limit and before the horizon, until the steps
             # taken reach the next event due: none while it may cut the run before they end.
@@ -407,7 +408,7 @@ class Engine:
                 if rest is None:
                     rest = next(repeats)
                 start = open_run.taken_until
-                num_steps = _lookahead(env.peek() - start, self._run_step_ticks, open_run.limit - len(ends))
+                num_steps = _lookahead(env.peek() - start, self._run_step_ticks, at_least, open_run.limit - len(ends))
                 head, rest = _split(rest, num_steps)
                 priced = self._price(head, start, plan.step_id + 1 + len(ends))
                 if not head.plan.num_prefill_tokens:
@@ -425,6 +426,7 @@ class Engine:
                 continue  # cut (`_cut_for_deliveries`, `observe`): sleep until its new end
             finally:
                 open_run.sleeping = False
+            at_least *= 2
             if self.limits.max_wall_time_s is not None and \
                     time.perf_counter() - self._wall_start > self.limits.max_wall_time_s:
                 open_run.limit = len(ends)
@@ -575,14 +577,15 @@ def _split(repeat: Repeat, num_steps: int) -> tuple[Repeat, Repeat | None]:
             repeat._replace(num_steps=repeat.num_steps - num_steps, advance=repeat.advance + num_steps))
 
 
-def _lookahead(until_next: float, step_ticks: int, num_left: int) -> int:
+def _lookahead(until_next: float, step_ticks: int, at_least: int, num_left: int) -> int:
     """Steps of a run to price next: as many as reach the next event due (`until_next` ticks
     away, infinite where none is), at `step_ticks` a step (a run's steps change slowly: the same
-    batch, a position longer), so that the event finds the steps taken ending soon after it
-    and the pricing of few steps is wasted where it cuts the run; at most `num_left`."""
+    batch, a position longer), so that where the event cuts the run the steps taken end soon
+    after it and the pricing of few is wasted; but at least `at_least` (an event that does not
+    cut the run, another engine's step, must not make a long one wake often); at most `num_left`."""
     if until_next == math.inf:
         return min(num_left, MAX_LOOKAHEAD)
-    return max(1, min(num_left, -(-int(until_next) // max(step_ticks, 1))))
+    return min(num_left, max(at_least, -(-int(until_next) // max(step_ticks, 1))))
 
 
 def _num_started(end: int, ends: list[int], now: int) -> int:
