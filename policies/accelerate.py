@@ -85,7 +85,11 @@ class StepRun:
 
     def steps_kept(self, request: Request, step: int) -> int:
         """How many of the run's steps stay as planned when `request` is delivered before step
-        `step` (from 0) starts: those before the first step that could admit it."""
+        `step` (from 0) starts: those before the first step that could admit it, or, where the
+        policy rejects it, before the step that would (stepping hands it over there and it
+        leaves: a reader of the engine's load counts it out from then)."""
+        if self.policy.rejection_reason(request) is not None:
+            return step
         if self.prompt is not None:
             return max(step, self.room_from if self.room_from is not None else self.num_steps)
         if self.policy.arrival_waits(request):

@@ -77,6 +77,22 @@ def test_runs_match_stepping_in_a_cluster(router, name, opts):
     assert sum(len(r.requests) for r in fast.replicas) == len(requests)
 
 
+@pytest.mark.parametrize("name, opts, seed, num_requests, rate, router", [
+    ("continuous", {}, 19, 67, 400.0, "power_of_two"),
+    ("chunked_prefill", {"chunk_size": 64}, 149, 73, 60.0, "least_outstanding"),
+])
+def test_a_request_rejected_during_a_run_leaves_when_stepping_would_hand_it_over(name, opts, seed, num_requests,
+                                                                                  rate, router):
+    """A request the policy rejects (too long for 24 blocks), delivered while a run's steps are
+    taken, leaves at the next step's start, as stepping hands it over then: routers that read
+    the replicas' load see it gone from there, with runs or without (found by a random search)."""
+    requests = workload(seed, content=name == "continuous", num_requests=num_requests, rate=rate)
+    runs = [cluster_run(requests, name, opts, router=router, num_replicas=3 if name == "continuous" else 2,
+                        num_blocks=24, fast=fast) for fast in (False, True)]
+    assert sum(len(replica.rejected) for replica in runs[0].replicas) >= 3
+    assert_tables_equal(*map(tables, runs))
+
+
 def test_router_delay_and_horizon_match_stepping():
     requests = workload(4, content=False, num_requests=80, rate=50.0)
     runs = [tables(cluster_run(requests, "chunked_prefill", {"chunk_size": 16}, router="least_outstanding",
