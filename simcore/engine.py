@@ -214,6 +214,8 @@ class Engine:
         self._wake: Event | None = None
         # The run under way, while its steps are taken (see `observe`).
         self._open_run: _OpenRun | None = None
+        # Times a reader asked for the state (`observe`).
+        self.num_observed = 0
         # The length of the last decode-only step of a run priced (ticks): the next run's are
         # likely alike (the batch changes by a request or so between runs), so it sizes their
         # lookahead (a prompt's chunks, longer, are few: their stretch is priced whole).
@@ -278,6 +280,7 @@ class Engine:
         stepping leaves it, every step that has started completed (a step is completed when it
         starts). A run under way is cut at the step in progress and completed now; the engine
         goes on from there when that step ends, as after any cut."""
+        self.num_observed += 1
         open_run = self._open_run
         if open_run is None or open_run.finished is not None:
             return
@@ -379,11 +382,15 @@ class Engine:
         run = None
         # (A finish releases requests when its step ends: not after a run.)
         if self.accelerator is not None and not (closed_loop and finished):
+            num_observed = self.num_observed
             if env.peek() < end:
                 # An event is due before the step ends: the run is asked for once it has
-                # ended, with what it delivered (the inbox, empty when the step started).
+                # ended, with what it delivered (the inbox, empty when the step started), unless
+                # a reader observed the state meanwhile (it may have changed it: a cancel), which
+                # cuts a run before its first step.
                 yield _Late(env, duration)
-            if not (closed_loop and self.inbox):  # (in a closed loop every delivery cuts a run)
+            if self.num_observed == num_observed and not (closed_loop and self.inbox):
+                # (In a closed loop every delivery cuts a run.)
                 run = self.accelerator.extend(plan, finished, closed_loop=closed_loop, delivered=self.inbox)
         if run is None:
             if env.now < end:

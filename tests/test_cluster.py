@@ -93,6 +93,17 @@ def test_a_request_rejected_during_a_run_leaves_when_stepping_would_hand_it_over
     assert_tables_equal(*map(tables, runs))
 
 
+def test_a_state_read_during_a_planned_step_leaves_it_alone_as_stepping_does():
+    """A reader (a state-reading router, a client's timeout) that observes a replica while its
+    planned step runs may change what the step after it does (a cancel frees a seat or the
+    queue's head): the run is not taken then, as stepping plans that step (found by a random
+    search: the engine asks for a run once the planned step has ended)."""
+    requests = workload(601, content=False, num_requests=48, rate=400.0)
+    runs = [tables(cluster_run(requests, "offload", {"chunk_size": 16}, router="prefix_aware", num_blocks=24,
+                               delay_s=0.05, timeout_s=0.5, fast=fast)) for fast in (False, True)]
+    assert_tables_equal(*runs)
+
+
 def test_router_delay_and_horizon_match_stepping():
     requests = workload(4, content=False, num_requests=80, rate=50.0)
     runs = [tables(cluster_run(requests, "chunked_prefill", {"chunk_size": 16}, router="least_outstanding",
