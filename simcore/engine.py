@@ -138,6 +138,9 @@ FLUSH_EVERY = 4096
 PROGRESS_EVERY = 256
 # Steps of a run priced at once where nothing is due to cut it (`_lookahead`).
 MAX_LOOKAHEAD = 4096
+# Steps a lookahead prices at least once an event has not cut the run (another replica's step,
+# a request that waits), then twice as many after each such event: a long run wakes rarely.
+MIN_LOOKAHEAD_UNCUT = 16
 # New containers between the collector's young passes during a run (see `_collector_for_a_run`).
 GC_YOUNG_THRESHOLD = 100_000
 
@@ -220,6 +223,8 @@ class Engine:
         # likely alike (the batch changes by a request or so between runs), so it sizes their
         # lookahead (a prompt's chunks, longer, are few: their stretch is priced whole).
         self._run_step_ticks = 1
+        # Steps the next run's first lookahead prices at least (`_take_steps`).
+        self._first_lookahead = 1
         self._num_rejected_seen = 0
         self._wall_start = time.perf_counter()
         self.process = env.process(self._serve())
@@ -407,7 +412,8 @@ class Engine:
         ends = open_run.ends
         self._cut_for_deliveries()  # (those of the planned step, if any, cut it first)
         rest: Repeat | None = None  # what is left of the repeat being priced
-        at_least = 1  # steps a lookahead prices at least: twice as many after each wake-up uncut
+        # Steps a lookahead prices at least: more after each wake-up that did not cut the run.
+        at_least, num_uncut = self._first_lookahead, 0
         while True:
             # Lookaheads of steps, within the run's limit and before the horizon, until the steps
             # taken reach the next event due: none while it may cut the run before they end.
@@ -433,11 +439,16 @@ class Engine:
                 continue  # cut (`_cut_for_deliveries`, `observe`): sleep until its new end
             finally:
                 open_run.sleeping = False
-            at_least *= 2
+            if len(ends) < open_run.limit:  # it goes on: what came before did not cut it
+                num_uncut += 1
+                at_least = max(2 * at_least, MIN_LOOKAHEAD_UNCUT)
             if self.limits.max_wall_time_s is not None and \
                     time.perf_counter() - self._wall_start > self.limits.max_wall_time_s:
                 open_run.limit = len(ends)
         self._open_run = None
+        # Where events did not cut this run (another replica's steps), the next prices as many
+        # steps at first as after one of them; where they did, as many as reach the next.
+        self._first_lookahead = MIN_LOOKAHEAD_UNCUT if num_uncut else 1
         if open_run.finished is not None:  # completed already, for a reader (`observe`)
             return [*finished, *open_run.finished]
         if not ends:
@@ -588,8 +599,8 @@ def _lookahead(until_next: float, step_ticks: int, at_least: int, num_left: int)
     """Steps of a run to price next: as many as reach the next event due (`until_next` ticks
     away, infinite where none is), at `step_ticks` a step (a run's steps change slowly: the same
     batch, a position longer), so that where the event cuts the run the steps taken end soon
-    after it and the pricing of few is wasted; but at least `at_least` (an event that does not
-    cut the run, another engine's step, must not make a long one wake often); at most `num_left`."""
+    after it and the pricing of few is wasted; but at least `at_least` (events that do not cut
+    the run must not make a long one wake often: MIN_LOOKAHEAD_UNCUT); at most `num_left`."""
     if until_next == math.inf:
         return min(num_left, MAX_LOOKAHEAD)
     return min(num_left, max(at_least, -(-int(until_next) // max(step_ticks, 1))))
