@@ -19,7 +19,7 @@ policy, queue order and cost model both ways).
   generic runs go past them (a finish's budget goes to the next chunks): steps whose budget
   the decodes and the chunk take whole admit nothing, whatever waits. Its gain, against the
   generic runs alone (this class unregistered), side by side in one process: the 10k chunked
-  prefill reference run in 1.59 s against 1.89 s (best of 3), 9,946 events against 28,224.
+  prefill reference run in 1.65 s against 1.93 s (best of 3), 9,946 events against 28,224.
   The tail's share: 13,517 events without it, 11,083 with it, 9,946 past finishes too; 5%
   and 3% of the wall time (benchmarks/sim_speed.py --trees, best of 3 and of 5).
 
