@@ -65,9 +65,8 @@ def request_columns(requests: Sequence[Request]) -> dict[str, list | np.ndarray]
     for times, a missing one NaN, and the latencies derived from them). The fields are read in
     one comprehension and transposed in C: on Python 3.11 a comprehension's slot reads are about
     twice as fast as a `map` of an `attrgetter` per field (the columns of 4,096 requests: 2.8 ms
-    against 4.0). The status is read as `_value_` (Enum's documented member attribute): `value`
-    is a property there, 0.15 us a read against 0.01 us."""
-    rows = [(r.request_id, r.status._value_, r.reject_reason, r.arrival_s, r.prompt_len, r.num_target_outputs,
+    against 4.0)."""
+    rows = [(r.request_id, r.status.value, r.reject_reason, r.arrival_s, r.prompt_len, r.num_target_outputs,
              r.num_outputs, r.first_scheduled_s, r.prefill_done_s, r.first_token_s, r.last_token_s, r.finish_s,
              r.num_preemptions, r.num_swaps, r.num_cached_prefix, r.num_prefix_query_tokens,
              r.num_prefix_hit_tokens, r.num_recomputed_tokens, r.swap_delay_s, r.recompute_delay_s,
