@@ -136,7 +136,7 @@ _LATE = 2
 FLUSH_EVERY = 4096
 # Events between two calls of `on_progress` (a callback that checks the wall clock itself).
 PROGRESS_EVERY = 256
-# Steps of a run priced at once where nothing is due to cut it (`_lookahead`).
+# Most steps of a run priced at once (`_lookahead`).
 MAX_LOOKAHEAD = 4096
 # Steps a lookahead prices at least once an event has not cut the run (another replica's step,
 # a request that waits), then twice as many after each such event: a long run wakes rarely.
@@ -219,10 +219,11 @@ class Engine:
         self._open_run: _OpenRun | None = None
         # Times a reader asked for the state (`observe`).
         self.num_observed = 0
-        # The length of the last decode-only step of a run priced (ticks): the next run's are
-        # likely alike (the batch changes by a request or so between runs), so it sizes their
-        # lookahead (a prompt's chunks, longer, are few: their stretch is priced whole).
-        self._run_step_ticks = 1
+        # The length of the last decode-only step of a run priced (ticks; 0: none yet, the
+        # planned step's stands in): the next run's are likely alike (the batch changes by a
+        # request or so between runs), so it sizes their lookahead (a prompt's chunks, longer,
+        # are few: their stretch is priced whole).
+        self._run_step_ticks = 0
         # Steps the next run's first lookahead prices at least (`_take_steps`).
         self._first_lookahead = 1
         self._num_rejected_seen = 0
@@ -421,7 +422,8 @@ class Engine:
                 if rest is None:
                     rest = next(repeats)
                 start = open_run.taken_until
-                num_steps = _lookahead(env.peek() - start, self._run_step_ticks, at_least, open_run.limit - len(ends))
+                num_steps = _lookahead(env.peek() - start, self._run_step_ticks or duration, at_least,
+                                       open_run.limit - len(ends))
                 head, rest = _split(rest, num_steps)
                 priced = self._price(head, start, plan.step_id + 1 + len(ends))
                 if not head.plan.num_prefill_tokens:
@@ -600,10 +602,10 @@ def _lookahead(until_next: float, step_ticks: int, at_least: int, num_left: int)
     away, infinite where none is), at `step_ticks` a step (a run's steps change slowly: the same
     batch, a position longer), so that where the event cuts the run the steps taken end soon
     after it and the pricing of few is wasted; but at least `at_least` (events that do not cut
-    the run must not make a long one wake often: MIN_LOOKAHEAD_UNCUT); at most `num_left`."""
-    if until_next == math.inf:
-        return min(num_left, MAX_LOOKAHEAD)
-    return min(num_left, max(at_least, -(-int(until_next) // max(step_ticks, 1))))
+    the run must not make a long one wake often: MIN_LOOKAHEAD_UNCUT); at most `num_left` and
+    MAX_LOOKAHEAD."""
+    reach = math.inf if until_next == math.inf else -(-int(until_next) // step_ticks)
+    return int(min(num_left, MAX_LOOKAHEAD, max(at_least, reach)))
 
 
 def _num_started(end: int, ends: list[int], now: int) -> int:

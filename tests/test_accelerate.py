@@ -239,6 +239,25 @@ def test_runs_go_on_past_arrivals_that_queue_behind_a_blocked_head():
     assert run("fcfs") < 5 < run("priority")
 
 
+def test_a_run_is_priced_as_far_as_the_delivery_that_cuts_it():
+    """The engine prices a run's steps as far as the next event due, here each arrival, which
+    cuts it: with steps of one length every step priced is taken (lookaheads that doubled from
+    16 priced 767 steps for these 503)."""
+    class Counting:
+        num_priced = 0
+
+        def step_time(self, plan) -> float:  # noqa: ANN001
+            Counting.num_priced += 1
+            return 0.01
+
+    requests = [req(0, 0.0, 8, 500), *(req(i, i + 0.005, 8, 2) for i in (1, 2, 3))]
+    policy = make_policy("continuous", num_blocks=400, block_size=4)
+    result = simulate(requests, policy, Counting(), accelerator=accelerator_for(policy),
+                      limits=RunLimits(check_invariants=True))
+    assert len(result.finished) == 4 and result.num_events <= 8
+    assert Counting.num_priced == len(result.steps)
+
+
 def test_chunk_runs_take_a_prompts_chunks_at_once():
     """A long prompt beside decodes: its chunks up to the one that completes it in one run."""
     requests = [req(0, 0.0, 8, 100), req(1, 0.05, 300, 5)]
