@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from itertools import accumulate, groupby, repeat
 from operator import add, sub
 
@@ -384,16 +384,13 @@ class DecodeRuns:
     def __init__(self, policy: Scheduler) -> None:
         self.policy = policy
 
-    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool,
-               delivered: Sequence[Request] = ()) -> StepRun | None:
+    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> StepRun | None:
         """Where every running request decodes next (`plan` completed) and the next step only
-        continues them: their decodes, repeated (none where a request `delivered` could start,
-        which cuts them before their first step: `StepRun.steps_kept`)."""
+        continues them: their decodes, repeated."""
         policy = self.policy
         running = policy.running
         if policy.emit_block_tables or not running or not policy.only_continues_next(plan, finished) \
-                or any(request.is_prefilling for request in running) \
-                or not all(policy.arrival_waits(request) for request in delivered):
+                or any(request.is_prefilling for request in running):
             return None
         if policy.preempted_at and not policy.preempted_at.keys().isdisjoint(r.request_id for r in running):
             return None  # (never after a step that left it decoding: a safety net)
@@ -414,12 +411,10 @@ class ChunkRuns(DecodeRuns):
 
     policy: ChunkedPrefillPolicy
 
-    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool,
-               delivered: Sequence[Request] = ()) -> StepRun | None:
-        return self._chunk_run(plan, closed_loop, delivered) or \
-            super().extend(plan, finished, closed_loop=closed_loop, delivered=delivered)
+    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> StepRun | None:
+        return self._chunk_run(plan, closed_loop) or super().extend(plan, finished, closed_loop=closed_loop)
 
-    def _chunk_run(self, plan: StepPlan, closed_loop: bool, delivered: Sequence[Request]) -> StepRun | None:
+    def _chunk_run(self, plan: StepPlan, closed_loop: bool) -> StepRun | None:
         """Where every running request decodes next but the newest, a prompt in progress (`plan`
         completed): the steps that run every decode and that prompt's next chunk, as `fill`
         (stall-free) does when no swapped request waits and nothing is admitted, and once its
@@ -480,8 +475,6 @@ class ChunkRuns(DecodeRuns):
                 num_steps = max([prompt_finish, *steps_left])
             else:
                 num_steps = min(first_finish, prompt_finish)
-        if delivered and room_from == 0:
-            return None  # a delivery would cut it before its first step (`StepRun.steps_kept`)
         ids = [request.request_id for request in decoders]
         firsts = policy.bm.first_new_block_steps(ids)
         num_steps = _chunk_steps_within(policy, firsts, prompt, chunks, num_steps)

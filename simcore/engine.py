@@ -87,13 +87,11 @@ class Run(Protocol):
 
 
 class Accelerator(Protocol):
-    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool,
-               delivered: Sequence[Request] = ()) -> Run | None:
+    def extend(self, plan: StepPlan, finished: list[Request], *, closed_loop: bool) -> Run | None:
         """The steps certain to follow `plan` (completed: the policy's state is the one it
         leaves; `finished` left in it), or None. With `closed_loop`, a finish releases requests
         (follow-up turns, a closed-loop client's next): a run ends at its first finish, and
-        every delivery cuts it. `delivered`: requests delivered while `plan`'s step ran (the
-        policy has not seen them): None where one would cut the run before its first step."""
+        every delivery cuts it."""
 
 
 @dataclass
@@ -391,13 +389,13 @@ class Engine:
             num_observed = self.num_observed
             if env.peek() < end:
                 # An event is due before the step ends: the run is asked for once it has
-                # ended, with what it delivered (the inbox, empty when the step started), unless
-                # a reader observed the state meanwhile (it may have changed it: a cancel), which
-                # cuts a run before its first step.
+                # ended (what it delivered, in the inbox, then cuts it: `_cut_for_deliveries`),
+                # unless a reader observed the state meanwhile (it may have changed it: a
+                # cancel), which cuts a run before its first step.
                 yield _Late(env, duration)
             if self.num_observed == num_observed and not (closed_loop and self.inbox):
                 # (In a closed loop every delivery cuts a run.)
-                run = self.accelerator.extend(plan, finished, closed_loop=closed_loop, delivered=self.inbox)
+                run = self.accelerator.extend(plan, finished, closed_loop=closed_loop)
         if run is None:
             if env.now < end:
                 yield _Late(env, end - env.now)
