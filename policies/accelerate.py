@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from itertools import accumulate, groupby, repeat
 from operator import add, sub
 
-from policies.base import Scheduler
+from policies.base import Scheduler, SchedulerOptions
 from policies.chunked_prefill import ChunkedPrefillPolicy
 from simcore.decode_blocks import first_new_block_step, firsts_after, max_steps_within
 from simcore.itl import ItlLog
@@ -443,13 +443,11 @@ class ChunkRuns(DecodeRuns):
         chunks: list[int] = []
         room_from = None
         while pending > 0 and (past_finishes or len(chunks) < first_finish):
-            num_decodes = len(leaving) - bisect_right(leaving, len(chunks))
-            tokens_left = options.max_num_batched_tokens - num_decodes
-            seats_left = options.max_num_seqs - num_decodes - 1
-            chunk = policy.chunk_for(pending, tokens_left)
+            num_decodes = _num_decoding(leaving, len(chunks))
+            chunk = policy.chunk_for(pending, options.max_num_batched_tokens - num_decodes)
             if chunk < 1 or (recompute and chunk == 1):
                 break  # no budget; or a recompute's one position, which a step counts as a decode
-            if room_from is None and seats_left > 0 and chunk < tokens_left:
+            if room_from is None and _has_room(options, num_decodes, chunk):
                 if policy.waiting:
                     break  # admission is tried there, with requests waiting
                 room_from = len(chunks)
@@ -461,8 +459,7 @@ class ChunkRuns(DecodeRuns):
         # budget are left beside the decodes, and after a finish, which admission tries (the
         # run stops before them while requests wait).
         outputs_after = prompt.num_target_outputs - prompt.num_outputs - 1
-        num_decodes = len(leaving) - bisect_right(leaving, num_steps)
-        room = options.max_num_seqs - num_decodes - 1 > 0 and options.max_num_batched_tokens - num_decodes > 1
+        room = _has_room(options, _num_decoding(leaving, num_steps), 1)
         if not pending and outputs_after and (past_finishes or first_finish > num_steps) \
                 and not (room and policy.waiting):
             prompt_finish = num_steps + outputs_after
@@ -482,6 +479,18 @@ class ChunkRuns(DecodeRuns):
             return None
         return StepRun(policy, plan, decoders, ids, firsts, steps_left, num_steps, prompt, chunks[:num_steps],
                        room_from)
+
+
+def _num_decoding(leaving: list[int], step: int) -> int:
+    """Decoders still decoding in a run's step `step` (from 0), of those leaving after the
+    steps in `leaving` (sorted)."""
+    return len(leaving) - bisect_right(leaving, step)
+
+
+def _has_room(options: SchedulerOptions, num_decodes: int, num_new: int) -> bool:
+    """Whether a step of `num_decodes` decodes and a prompt's `num_new` positions leaves a seat
+    and budget, which admission tries."""
+    return options.max_num_seqs - num_decodes - 1 > 0 and num_new < options.max_num_batched_tokens - num_decodes
 
 
 def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, chunks: list[int],
