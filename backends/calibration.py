@@ -101,12 +101,13 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
     # it (peak_efficiency), attention at bf16's. (Profiles come from the torch engine, which runs
     # dense models only: the routed experts' kernels have no terms here.)
     gemm_peak = m.gemm_peak()
-    selecting = q["num_selecting"] > 0
-    weight_bytes = np.where(selecting, m._weight_bytes_with_head, m._weight_bytes_no_head)
-    # The rows the GEMMs run: a CUDA graph's padded batch where one replays the step (padded rows select too).
-    rows_run = np.asarray([m.graph_rows(int(tokens), int(seqs), int(prefill)) for tokens, seqs, prefill
-                           in zip(q["num_tokens"], q["num_seqs"], q["num_prefill_tokens"])], dtype=float)
-    num_selecting = q["num_selecting"] + rows_run - q["num_tokens"]
+    # The rows the GEMMs run and those that select (a CUDA graph's padded batch where one replays
+    # the step), as the roofline prices them.
+    rows_run, num_selecting = np.asarray(
+        [m.gemm_rows(int(tokens), int(seqs), int(prefill), int(selecting)) for tokens, seqs, prefill, selecting
+         in zip(q["num_tokens"], q["num_seqs"], q["num_prefill_tokens"], q["num_selecting"])], dtype=float,
+    ).reshape(-1, 2).T
+    weight_bytes = np.where(num_selecting > 0, m._weight_bytes_with_head, m._weight_bytes_no_head)
     dense_flops = rows_run * m._gemm_flops_per_token + num_selecting * m._lm_head_flops_per_select
     dense_bytes = weight_bytes + rows_run * m._act_bytes_per_token
     return ShapeTerms(

@@ -336,9 +336,15 @@ class RooflineCostModel:
 
     def _step_fixed_parts(self, plan: StepPlan, num_tokens: int, num_selecting: int) -> tuple[float, float, float]:
         """`_fixed_parts` of a plan's step (`num_tokens` positions, `num_selecting` selecting),
-        its GEMMs over the rows they run (`graph_rows`): padded rows select too."""
-        rows = self.graph_rows(num_tokens, plan.num_seqs, plan.num_prefill_tokens)
-        return self._fixed_parts(rows, plan.num_seqs, num_selecting + rows - num_tokens, plan.group_step)
+        its GEMMs over the rows they run (`gemm_rows`)."""
+        rows, selecting = self.gemm_rows(num_tokens, plan.num_seqs, plan.num_prefill_tokens, num_selecting)
+        return self._fixed_parts(rows, plan.num_seqs, selecting, plan.group_step)
+
+    def gemm_rows(self, num_tokens: int, num_seqs: int, num_prefill_tokens: int, num_selecting: int) -> tuple[int, int]:
+        """The rows a step's GEMMs run (`graph_rows`), and how many of them select: its own
+        selecting ones and every padded row."""
+        rows = self.graph_rows(num_tokens, num_seqs, num_prefill_tokens)
+        return rows, num_selecting + rows - num_tokens
 
     def graph_rows(self, num_tokens: int, num_seqs: int, num_prefill_tokens: int) -> int:
         """The rows a step's GEMMs run: its positions, or for a decode-only step that a captured
