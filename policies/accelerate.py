@@ -322,12 +322,12 @@ def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int
     `firsts`) decodes its first `taken` steps (all of them, where an int): one at its first,
     then every block_size steps."""
     new_blocks = [0] * num_steps
-    if type(taken) is int and taken <= block_size:  # at most one each: at its first, if in the run
-        for first in firsts:
-            if first <= num_steps:
+    counts = repeat(taken) if type(taken) is int else taken
+    if num_steps <= block_size:  # at most one each: at its first, if it decodes then
+        for first, count in zip(firsts, counts):
+            if first <= count:
                 new_blocks[first - 1] += 1
         return new_blocks
-    counts = repeat(taken) if type(taken) is int else taken
     for first, count in zip(firsts, counts):
         if first <= count:
             for step in range(first, count + 1, block_size):

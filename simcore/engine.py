@@ -462,10 +462,11 @@ class Engine:
         starts = [end, *ends[:-1]]
         # (Delivered in order: those before the last step started lead the inbox.)
         num_late = bisect_right(self._inbox_ticks, starts[-1])
-        late, late_ticks = self.inbox[:num_late], self._inbox_ticks[:num_late]
-        if late:
+        joined = []
+        if num_late:
+            late, late_ticks = self.inbox[:num_late], self._inbox_ticks[:num_late]
             del self.inbox[:num_late], self._inbox_ticks[:num_late]
-        joined = self._hand_over(late, late_ticks)
+            joined = self._hand_over(late, late_ticks)
         # In seconds, the steps' ends, starts and durations (`to_seconds` of each).
         seconds = [tick / TICKS_PER_SECOND for tick in (end, *ends)]
         # (What routers read of a run under way, `num_outstanding`: checked against what it does.)
