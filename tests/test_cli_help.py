@@ -33,3 +33,15 @@ def test_useful_defaults_are_still_shown():
     assert "default 0.25" in text and "(default: local)" in text
     _, text = _help("run")
     assert text.count("(default: results/<experiment name>)") == 1
+
+
+@pytest.mark.parametrize("command", ["run", "sweep", "capacity"])
+def test_no_fast_forward_sets_the_limit_in_each_command_that_takes_it(command):
+    from experiments.commands.arg_types import fast_forward_overrides
+
+    required = ["--slo", "ttft_p90_ms=500"] if command == "capacity" else []
+    parser = build_parser(command)
+    plain = parser.parse_args([command, "exp.yaml", *required])
+    stepping = parser.parse_args([command, "exp.yaml", *required, "--no-fast-forward"])
+    assert fast_forward_overrides(plain) == []
+    assert fast_forward_overrides(stepping) == ["limits.fast_forward=false"]

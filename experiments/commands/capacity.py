@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from experiments.commands.arg_types import positive_float
+from experiments.commands.arg_types import add_no_fast_forward, fast_forward_overrides, positive_float
 from experiments.sweep_exec import EXECUTORS
 
 
@@ -33,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--address", default=None, help="Ray cluster address (default: a private local Ray)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field, e.g. --set workload.num_requests=100 (repeatable)")
-    parser.add_argument("--no-fast-forward", action="store_true",
-                        help="take every step on its own (limits.fast_forward: false); the results are identical")
+    add_no_fast_forward(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the folder whole when it holds other results than a capacity search's "
                              "(without it, a capacity folder's finished probes are reused)")
@@ -65,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     slo = parse_slo(args.slo)
     source = str(args.experiment)
-    overrides = [*args.overrides, *(["limits.fast_forward=false"] if args.no_fast_forward else [])]
+    overrides = [*args.overrides, *fast_forward_overrides(args)]
     data = apply_overrides(load_yaml(args.experiment), overrides, source=source)
     param = args.param or choose_param(data, source=source)
     counts = param == CONCURRENCY_PATH

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from experiments.commands.arg_types import add_no_fast_forward, fast_forward_overrides
 from experiments.table import TABLE_STYLES
 
 
@@ -21,8 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="print only the summary table (no progress)")
     parser.add_argument("--table", choices=TABLE_STYLES, default="text",
                         help="print the summary table as aligned text, CSV or Markdown")
-    parser.add_argument("--no-fast-forward", action="store_true",
-                        help="take every step on its own (limits.fast_forward: false); the results are identical")
+    add_no_fast_forward(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,8 +36,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.check:
         overrides.append("limits.check_invariants=true")
-    if args.no_fast_forward:
-        overrides.append("limits.fast_forward=false")
+    overrides += fast_forward_overrides(args)
     exp = load_experiment(args.experiment, overrides)
     out = args.out or Path("results") / exp.name
     created = _folders_to_create(out)

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from experiments.commands.arg_types import add_no_fast_forward, fast_forward_overrides
 from experiments.sweep_exec import EXECUTORS
 
 
@@ -26,8 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Ray cluster address (e.g. ray://head:10001 or auto); default: a private local Ray")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a field of every point, e.g. --set workload.num_requests=50 (repeatable)")
-    parser.add_argument("--no-fast-forward", action="store_true",
-                        help="take every step on its own (limits.fast_forward: false); the results are identical")
+    add_no_fast_forward(parser)
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the folder whole when it holds other results (another plan); "
                              "a folder of the same plan is resumed without it")
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from experiments.sweep import load_sweep
     from experiments.sweep_run import run_sweep
 
-    overrides = [*args.overrides, *(["limits.fast_forward=false"] if args.no_fast_forward else [])]
+    overrides = [*args.overrides, *fast_forward_overrides(args)]
     plan = load_sweep(args.experiment, overrides)
     out = args.out or Path("results") / f"{plan.name}-sweep"
     jobs = args.jobs if args.jobs > 0 else (os.cpu_count() or 1)
