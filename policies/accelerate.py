@@ -292,16 +292,18 @@ class StepRun:
         if self.prompt_finish is not None and num_steps > len(chunks):
             num_decodes = min(num_steps, self.prompt_finish) - len(chunks)
         request_id, total = prompt.request_id, sum(chunks) + num_decodes
-        held = held_before = bm.num_table_blocks[request_id]
-        bm.append(request_id, total)
         resuming = request_id in policy.preempted_at
+        positions = taken = 0  # the positions its chunks ran so far, and the blocks they take
         for step, chunk in enumerate(chunks):  # step by step: blocks, and a recompute back where it was
+            positions += chunk
+            needed = bm.num_new_blocks_needed(request_id, positions)
+            new_blocks[step] += needed - taken
+            taken = needed
             prompt.num_processed += chunk
-            grown = max(bm.blocks_for(prompt.num_processed), held_before)
-            new_blocks[step] += grown - held
-            held = grown
             if resuming and request_id in policy.preempted_at:
                 policy.note_resumed(prompt, step_ends[step])
+        held = bm.num_table_blocks[request_id] + taken  # after its chunks
+        bm.append(request_id, total)
         policy.num_resident_tokens += total
         if len(chunks) < len(self.chunks) or not self.completes:
             return chunks, None, []
@@ -498,20 +500,20 @@ def _chunk_steps_within(policy: Scheduler, firsts: list[int], prompt: Request, c
     """Most of a chunk run's `num_steps` steps (these chunks, then the tail's decodes) whose
     new blocks, decodes' and prompt's, are free."""
     bm = policy.bm
-    held = bm.num_table_blocks[prompt.request_id]
     free, bs = bm.num_free_blocks, bm.block_size
-    taken = 0  # blocks the chunks' steps take
+    taken = prompt_taken = 0  # blocks the chunks' steps take, and the prompt's share
     decode_blocks = accumulate(_blocks_each_step(firsts, len(chunks), bs, len(chunks)))
     for step, (positions, decodes_taken) in enumerate(zip(accumulate(chunks), decode_blocks)):
-        taken = decodes_taken + max(bm.blocks_for(prompt.num_processed + positions) - held, 0)
+        prompt_taken = bm.num_new_blocks_needed(prompt.request_id, positions)
+        taken = decodes_taken + prompt_taken
         if taken > free:
             return step
     if num_steps == len(chunks):
         return num_steps
     # The tail: decodes, the prompt's the last, in the blocks the chunks leave free.
-    stored = prompt.num_processed + sum(chunks)
-    capacity = max(bm.blocks_for(stored), held) * bs
-    tail_firsts = [*firsts_after(firsts, len(chunks), bs), first_new_block_step(capacity, stored)]
+    capacity = (bm.num_table_blocks[prompt.request_id] + prompt_taken) * bs
+    tail_firsts = [*firsts_after(firsts, len(chunks), bs),
+                   first_new_block_step(capacity, prompt.num_processed + sum(chunks))]
     return len(chunks) + max_steps_within(tail_firsts, bs, free - taken, num_steps - len(chunks))
 
 
