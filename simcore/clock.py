@@ -60,16 +60,12 @@ def durations_ticks(seconds: Sequence[float]) -> list[int]:
     """`duration_ticks` of each of a run's step times: in numpy arrays (the same arithmetic and
     rounding, a step an element) for an array whose ticks int64 holds, else one at a time."""
     if not isinstance(seconds, np.ndarray):
-        scaled = [value * TICKS_PER_SECOND for value in seconds]
-        # Where all are valid (a NaN fails the second test: its sum is NaN), at once.
-        if scaled and min(seconds) > 0 and sum(scaled) < math.inf:
-            return [round(value) or 1 for value in scaled]  # (0 only below half a tick: 1)
-        ticks = []
-        for index, value in enumerate(seconds):
-            try:
+        ticks: list[int] = []
+        try:
+            for value in seconds:
                 ticks.append(duration_ticks(value))
-            except InvalidDuration:
-                raise InvalidDuration(value, index) from None
+        except InvalidDuration:
+            raise InvalidDuration(seconds[len(ticks)], len(ticks)) from None
         return ticks
     scaled = seconds * TICKS_PER_SECOND
     valid = (seconds > 0) & (scaled < math.inf)

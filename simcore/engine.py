@@ -30,7 +30,7 @@ from typing import Protocol
 import simpy
 from simpy.events import Event
 
-from simcore.clock import TICKS_PER_SECOND, InvalidDuration, duration_ticks, durations_ticks, to_seconds, to_ticks
+from simcore.clock import InvalidDuration, duration_ticks, durations_ticks, to_seconds, to_ticks
 from simcore.errors import ServesimError
 from simcore.itl import ItlLog
 from simcore.plan import Repeat, StepPlan
@@ -467,8 +467,8 @@ class Engine:
             late, late_ticks = self.inbox[:num_late], self._inbox_ticks[:num_late]
             del self.inbox[:num_late], self._inbox_ticks[:num_late]
             joined = self._hand_over(late, late_ticks)
-        # In seconds, the steps' ends, starts and durations (`to_seconds` of each).
-        seconds = [tick / TICKS_PER_SECOND for tick in (end, *ends)]
+        # In seconds, the steps' ends, starts and durations.
+        seconds = [to_seconds(tick) for tick in (end, *ends)]
         # (What routers read of a run under way, `num_outstanding`: checked against what it does.)
         num_leaving = run.num_leaving(len(ends)) if self.limits.check_invariants else None
         finished, columns = run.apply(seconds[1:])
@@ -477,7 +477,7 @@ class Engine:
                                  f"{len(finished)} did")
         queue = len(self.policy.waiting)
         self.log.add_run(len(ends), columns._replace(
-            start_s=seconds[:-1], duration_s=[(b - a) / TICKS_PER_SECOND for a, b in zip(starts, ends)],
+            start_s=seconds[:-1], duration_s=[to_seconds(b - a) for a, b in zip(starts, ends)],
             num_waiting=[queue - _count_after(joined, at) for at in starts] if joined else queue,
         ))
         return finished
@@ -495,11 +495,10 @@ class Engine:
         """policy.add for each (delivered at `ticks`); returns the delivery ticks of those that
         joined the queue."""
         joined = []
-        add, rejected = self.policy.add, Status.REJECTED
         for request, tick in zip(requests, ticks):
             # At its arrival time as given, unless delivered later (a router's delay).
-            add(request, request.arrival_s if tick == to_ticks(request.arrival_s) else to_seconds(tick))
-            if request.status is not rejected:
+            self.policy.add(request, request.arrival_s if tick == to_ticks(request.arrival_s) else to_seconds(tick))
+            if request.status is not Status.REJECTED:
                 joined.append(tick)
         self._release(())
         return joined

@@ -55,14 +55,10 @@ class ItlLog:
         self.weights.extend(counts)
 
     def add_gaps(self, gaps: list[float]) -> None:
-        """One step's gaps: equal values (the common case) become one weighted entry."""
+        """One step's gaps: a weighted entry for each distinct value, first seen first (the order
+        stepping adds them in); one for the whole step where all are equal (the common case)."""
         if gaps.count(gaps[0]) == len(gaps):
             self.add(gaps[0], len(gaps))
-            return
-        distinct = dict.fromkeys(gaps)  # first seen first, as stepping adds them
-        if len(distinct) <= 8:  # a few counting passes in C beat a Counter's setup
-            for gap in distinct:
-                self.add(gap, gaps.count(gap))
             return
         for gap, count in Counter(gaps).items():
             self.add(gap, count)

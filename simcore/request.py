@@ -10,7 +10,7 @@ with prompt_len + N - 1 processed (cached) positions: the last selected token is
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 # One piece of prompt content: (content key, number of tokens). Equal keys mean equal tokens,
 # so prefix identity can be computed per block without materialising token ids (seed 21.4).
@@ -94,25 +94,11 @@ class Request:
             raise ValueError(f"request {self.request_id}: output_len must be >= 1, got {self.output_len}")
 
     def copy(self) -> Request:
-        """A shallow copy (the engine's copy-on-arrival). Every field by name: five times
-        faster than a loop over the fields, and a test checks that none is missed."""
+        """A shallow copy (the engine's copy-on-arrival): every field as it is, the derived one
+        too (not through __init__, which would derive it again: a leg sets its own)."""
         new = object.__new__(Request)
-        new.request_id, new.arrival_s, new.prompt_len = self.request_id, self.arrival_s, self.prompt_len
-        new.output_len, new.max_tokens = self.output_len, self.max_tokens
-        new.prompt_token_ids, new.segments = self.prompt_token_ids, self.segments
-        new.cache_salt, new.adapter_id = self.cache_salt, self.adapter_id
-        new.session_id, new.turn, new.output_key = self.session_id, self.turn, self.output_key
-        new.parent_id, new.think_time_s, new.priority = self.parent_id, self.think_time_s, self.priority
-        new.status, new.num_processed, new.num_outputs = self.status, self.num_processed, self.num_outputs
-        new.num_cached_prefix, new.num_preemptions = self.num_cached_prefix, self.num_preemptions
-        new.num_swaps, new.num_kv_ready, new.reject_reason = self.num_swaps, self.num_kv_ready, self.reject_reason
-        new.first_scheduled_s, new.prefill_done_s = self.first_scheduled_s, self.prefill_done_s
-        new.first_token_s, new.last_token_s, new.finish_s = self.first_token_s, self.last_token_s, self.finish_s
-        new.num_prefix_query_tokens = self.num_prefix_query_tokens
-        new.num_prefix_hit_tokens = self.num_prefix_hit_tokens
-        new.num_recomputed_tokens = self.num_recomputed_tokens
-        new.swap_delay_s, new.recompute_delay_s = self.swap_delay_s, self.recompute_delay_s
-        new.num_target_outputs = self.num_target_outputs
+        for name in _FIELD_NAMES:
+            setattr(new, name, getattr(self, name))
         return new
 
     def prefill_leg(self) -> Request:
@@ -157,3 +143,5 @@ class Request:
         """True while the prompt (or a recompute of prompt + outputs) is not fully processed."""
         return self.num_outputs == 0 or self.prompt_len + self.num_outputs - self.num_processed > 1
 
+
+_FIELD_NAMES = tuple(each.name for each in fields(Request))

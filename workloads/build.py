@@ -150,11 +150,6 @@ def to_requests(table: pd.DataFrame, *, max_tokens: int | None = None) -> list[R
         arrival = table["arrival_s"].to_numpy(dtype=np.float64)
     prompt = table["prompt_len"].to_numpy(dtype=np.int64).tolist()
     output = table["output_len"].to_numpy(dtype=np.int64).tolist()
-    if not any(name in table for name in OPTIONAL_FIELDS):
-        return [
-            Request(request_id=i, arrival_s=a, prompt_len=p, output_len=o, max_tokens=max_tokens)
-            for i, (a, p, o) in enumerate(zip(arrival.tolist(), prompt, output, strict=True))
-        ]
     # Absent columns are endless repeats of the default, so this zip cannot be strict.
     ids, segments, salts, adapters, sessions, out_keys = (_optional(table, name) for name in OPTIONAL_FIELDS[:6])
     turns = table["turn"].to_numpy(dtype=np.int64).tolist() if "turn" in table else itertools.repeat(0)
