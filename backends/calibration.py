@@ -107,19 +107,20 @@ def shape_terms(model: RooflineCostModel, rows: list[dict]) -> ShapeTerms:
         [m.gemm_rows(int(tokens), int(seqs), int(prefill), int(selecting)) for tokens, seqs, prefill, selecting
          in zip(q["num_tokens"], q["num_seqs"], q["num_prefill_tokens"], q["num_selecting"])], dtype=float,
     ).reshape(-1, 2).T
-    weight_bytes = np.where(num_selecting > 0, m._weight_bytes_with_head, m._weight_bytes_no_head)
-    dense_flops = rows_run * m._gemm_flops_per_token + num_selecting * m._lm_head_flops_per_select
-    dense_bytes = weight_bytes + rows_run * m._act_bytes_per_token
+    units = m.step_units()
+    weight_bytes = np.where(num_selecting > 0, units.weight_bytes_with_head, units.weight_bytes_no_head)
+    dense_flops = rows_run * units.gemm_flops_per_token + num_selecting * units.lm_head_flops_per_select
+    dense_bytes = weight_bytes + rows_run * units.act_bytes_per_token
     return ShapeTerms(
         kind=np.asarray([r.get("kind") or step_kind(r) for r in rows]),
         time_s=np.asarray([float(r["time_s"]) for r in rows]),
         num_seqs=q["num_seqs"],
         dense_compute=dense_flops / gemm_peak,
         dense_memory=dense_bytes / bandwidth,
-        attn_compute=q["attn_work"] * m._attn_flops_per_work / peak,
-        attn_memory=q["kv_positions"] * m._kv_bytes_per_pos / bandwidth,
-        comm=rows_run * m._comm_per_token + m._comm_fixed,
-        kernel_floors=m._kernel_floors,
+        attn_compute=q["attn_work"] * units.attn_flops_per_work / peak,
+        attn_memory=q["kv_positions"] * units.kv_bytes_per_pos / bandwidth,
+        comm=rows_run * units.comm_per_token + units.comm_fixed,
+        kernel_floors=units.kernel_floors,
     )
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -74,6 +74,27 @@ _DEFAULT_TRANSFER_LATENCY_S = 10e-6
 # numpy's fixed cost per call is the larger (measured: 21 us for any repeat under ~20 steps,
 # about 1 us a step the other way).
 MIN_STEPS_IN_ARRAYS = 32
+
+
+class StepUnits(NamedTuple):
+    """A step's work per unit, as the roofline prices it (`RooflineCostModel.step_units`)."""
+
+    # Weights read by a step (on one GPU), without and with the LM head (a step that selects).
+    weight_bytes_no_head: float
+    weight_bytes_with_head: float
+    # GEMM FLOPs per row run, and the LM head's per row that selects.
+    gemm_flops_per_token: float
+    lm_head_flops_per_select: float
+    # Activation bytes per row run.
+    act_bytes_per_token: float
+    # Attention FLOPs per unit of work q (2c + q), and KV bytes per position read or written.
+    attn_flops_per_work: float
+    kv_bytes_per_pos: float
+    # Collective seconds per row run, and per step.
+    comm_per_token: float
+    comm_fixed: float
+    # Kernels' fixed seconds per step.
+    kernel_floors: float
 
 
 @dataclass(frozen=True)
@@ -411,6 +432,17 @@ class RooflineCostModel:
     def _gemm_rate(self) -> float:
         """FLOP/s of the GEMMs: gemm_peak times mfu."""
         return self.gemm_peak() * self.mfu
+
+    def step_units(self) -> StepUnits:
+        """The work a step is made of, a unit at a time, before mfu and mbu derate the rates it
+        runs at (what calibration fits them against)."""
+        return StepUnits(
+            weight_bytes_no_head=self._weight_bytes_no_head, weight_bytes_with_head=self._weight_bytes_with_head,
+            gemm_flops_per_token=self._gemm_flops_per_token, lm_head_flops_per_select=self._lm_head_flops_per_select,
+            act_bytes_per_token=self._act_bytes_per_token, attn_flops_per_work=self._attn_flops_per_work,
+            kv_bytes_per_pos=self._kv_bytes_per_pos, comm_per_token=self._comm_per_token,
+            comm_fixed=self._comm_fixed, kernel_floors=self._kernel_floors,
+        )
 
     def gemm_peak(self) -> float:
         """The GEMMs' FLOP/s at mfu 1: the peak their activation dtype runs at, times what that
