@@ -109,7 +109,7 @@ class StepRun:
         if self.prompt is not None:
             yield from self._chunk_repeats()
             return
-        yield from _stretches(self._plan(0, 0), self.steps_left, self.num_steps)
+        yield from _repeats_of(self._plan(0, 0), self.steps_left, self.num_steps)
 
     def _plan(self, step: int, chunk: int, completes: bool = False) -> StepPlan:
         """The plan of the run's step `step` (from 0): the decodes, and the prompt's `chunk`
@@ -133,7 +133,7 @@ class StepRun:
 
     def _decodes_at(self, step: int) -> Decodes:
         """Every decoder's decode in the run's step `step` (from 0), those that left before it
-        too (`_stretches` leaves them out)."""
+        too (`_repeats_of` leaves them out)."""
         if self._decodes is None:
             decoders = self.decoders
             self._decodes = Decodes(self.ids, [request.num_processed for request in decoders],
@@ -144,15 +144,15 @@ class StepRun:
         return decodes
 
     def _chunk_repeats(self) -> Iterator[Repeat]:
-        """The decodes with the prompt's whole chunks, a stretch of equal chunks at a time, then
+        """The decodes with the prompt's whole chunks, a repeat of equal chunks at a time, then
         the step of its last chunk, then the tail: the decodes with the prompt's. Decoders leave
-        after their last output (`_stretches`); the prompt runs in every step."""
+        after their last output (`_repeats_of`); the prompt runs in every step."""
         prompt, chunks, completes = self.prompt, self.chunks, self.completes
         assert prompt is not None
         body = len(chunks) - completes
         start = 0
-        for chunk, stretch in groupby(chunks[:body]):
-            num_steps = len(list(stretch))
+        for chunk, equal in groupby(chunks[:body]):
+            num_steps = len(list(equal))
             yield from self._from_step(start, self._plan(start, chunk), num_steps, num_steps)
             start += num_steps
         if completes:
@@ -164,7 +164,7 @@ class StepRun:
     def _from_step(self, step: int, base: StepPlan, prompt_left: int, num_steps: int) -> Iterator[Repeat]:
         """`num_steps` steps of `base`, the plan of the run's step `step`: the decoders, each to its
         last output, then the prompt, for `prompt_left` steps."""
-        yield from _stretches(base, [*(left - step for left in self.steps_left), prompt_left], num_steps)
+        yield from _repeats_of(base, [*(left - step for left in self.steps_left), prompt_left], num_steps)
 
     def apply(self, step_ends: list[float]) -> tuple[list[Request], StepRecord]:
         """Complete the run's first len(step_ends) steps (after the planned one's `complete`)."""
@@ -337,10 +337,10 @@ def _blocks_each_step(firsts: list[int], taken: int | list[int], block_size: int
     return new_blocks
 
 
-def _stretches(base: StepPlan, steps_left: list[int], num_steps: int) -> Iterator[Repeat]:
+def _repeats_of(base: StepPlan, steps_left: list[int], num_steps: int) -> Iterator[Repeat]:
     """`num_steps` steps of `base`, whose sequences each run until its `steps_left` (of
-    `base`'s steps): one repeat, or past finishes a repeat per stretch between them, without
-    those that left."""
+    `base`'s steps): one repeat, or past finishes a repeat for each interval between them,
+    without those that left."""
     if num_steps <= min(steps_left, default=num_steps):  # nobody leaves before the last step
         yield Repeat(base, num_steps)
         return

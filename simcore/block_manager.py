@@ -201,7 +201,7 @@ class BlockManager(BlockArithmetic):
         if firsts is None:
             firsts = self.first_new_block_steps(request_ids)
         # With a spill hook, reusing a cached block must be planned (its copy-out), so a
-        # stretch may only use truly free blocks.
+        # run may only use truly free blocks.
         free = len(self.free_blocks) if self.on_evict is not None else self.num_free_blocks
         return max_steps_within(firsts, self.block_size, free, limit)
 

@@ -220,7 +220,7 @@ class Engine:
         # The length of the last decode-only step of a run priced (ticks; 0: none yet, the
         # planned step's stands in): the next run's are likely alike (the batch changes by a
         # request or so between runs), so it sizes their lookahead (a prompt's chunks, longer,
-        # are few: their stretch is priced whole).
+        # are few: their repeat is priced whole).
         self._run_step_ticks = 0
         # Steps the next run's first lookahead prices at least (`_take_steps`).
         self._first_lookahead = 1

@@ -41,14 +41,9 @@ class ItlLog:
             self.add(gap_s, count)
             self.add(other_s, 1)
 
-    def add_run(self, gaps: list[float], count: int) -> None:
-        """Successive steps' gaps, each shared by `count` requests."""
-        self.values.extend(gaps)
-        self.weights.extend([count] * len(gaps))
-
     def add_weighted(self, gaps: list[float], counts: list[int]) -> None:
-        """Successive steps' gaps, each shared by its own count of requests (add_run's entries,
-        span by span, for spans whose batch shrinks)."""
+        """Successive steps' gaps, each shared by its own count of requests (a run's steps, whose
+        batch shrinks as requests finish)."""
         if len(gaps) != len(counts):
             raise ValueError(f"{len(gaps)} gaps with {len(counts)} counts")
         self.values.extend(gaps)

@@ -188,9 +188,6 @@ def test_a_run_that_cannot_finish_says_why():
         def has_work(self):
             return bool(self.waiting)
 
-        def plan_stretch(self):
-            return None
-
     policy = NeverSchedules()
     policy.bm = make_policy("continuous", num_blocks=4).bm
     with pytest.raises(ServesimError, match="cannot finish"):
