@@ -33,14 +33,6 @@ class ItlLog:
         self.values.append(gap_s)
         self.weights.append(count)
 
-    def add_two(self, gap_s: float, count: int, other_s: float) -> None:
-        """One step's gaps: `count` of `gap_s`, then one of `other_s` (add_gaps' entries for them)."""
-        if other_s == gap_s:
-            self.add(gap_s, count + 1)
-        else:
-            self.add(gap_s, count)
-            self.add(other_s, 1)
-
     def add_weighted(self, gaps: list[float], counts: list[int]) -> None:
         """Successive steps' gaps, each shared by its own count of requests (a run's steps, whose
         batch shrinks as requests finish)."""

@@ -276,13 +276,6 @@ def _open_binary(path: Path):  # noqa: ANN202 - a binary file object
         raise ConfigError(f"cannot open trace ({exc.strerror})", source=str(path)) from None
 
 
-def open_text(path: Path):
-    try:
-        return open(path, encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot open trace ({exc.strerror})", source=str(path)) from None
-
-
 def read_csv(path: Path) -> pd.DataFrame:
     """A CSV file with its data rows numbered 1.. in a `row` column."""
     try:
