@@ -244,18 +244,20 @@ def test_a_run_is_priced_as_far_as_the_delivery_that_cuts_it():
     cuts it: with steps of one length every step priced is taken (lookaheads that doubled from
     16 priced 767 steps for these 503)."""
     class Counting:
-        num_priced = 0
+        def __init__(self) -> None:
+            self.num_priced = 0
 
         def step_time(self, plan) -> float:  # noqa: ANN001
-            Counting.num_priced += 1
+            self.num_priced += 1
             return 0.01
 
     requests = [req(0, 0.0, 8, 500), *(req(i, i + 0.005, 8, 2) for i in (1, 2, 3))]
     policy = make_policy("continuous", num_blocks=400, block_size=4)
-    result = simulate(requests, policy, Counting(), accelerator=accelerator_for(policy),
+    cost_model = Counting()
+    result = simulate(requests, policy, cost_model, accelerator=accelerator_for(policy),
                       limits=RunLimits(check_invariants=True))
     assert len(result.finished) == 4 and result.num_events <= 8
-    assert Counting.num_priced == len(result.steps)
+    assert cost_model.num_priced == len(result.steps)
 
 
 def test_chunk_runs_take_a_prompts_chunks_at_once():
